@@ -1,0 +1,63 @@
+"""Frozen, validated configuration dataclasses for the model and the engine."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+INDEX_K_DTYPES = ("fp8", "bf16", "fp32")
+KV_DTYPES = ("fp32", "bf16")
+
+
+class ConfigError(ValueError):
+    """Raised for invalid or unknown configuration options."""
+
+
+def _from_dict(cls, data: dict):
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} options {unknown}; valid: {sorted(names)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Tiny DeepSeek-style decoder with a lightning indexer per layer."""
+
+    vocab_size: int = 128
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 320
+    max_seq_len: int = 1024
+    rope_theta: float = 10000.0
+    index_heads: int = 2
+    index_dim: int = 32
+    index_topk: int = 64
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+        if self.head_dim % 2 or self.index_dim % 2:
+            raise ConfigError("head_dim and index_dim must be even (RoPE)")
+        for name in ("vocab_size", "n_layers", "d_ff", "max_seq_len", "index_heads", "index_topk"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        return _from_dict(cls, data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
