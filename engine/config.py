@@ -61,3 +61,50 @@ class ModelConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _check_choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Serving engine options. ``device`` and dtypes are never implied: everything reads them here.
+
+    Invariant: ``num_pages * page_size`` bounds the tokens resident at once; a request is admitted
+    only when pages for its prompt plus ``max_tokens`` can be reserved.
+    """
+
+    model_dir: str = "data/model"
+    device: str = "cpu"
+    page_size: int = 16
+    num_pages: int = 2048
+    kv_dtype: str = "fp32"
+    index_k_dtype: str = "fp8"
+    kernels: str = "torch"
+    max_batch_tokens: int = 512
+    chunk_size: int = 256
+    max_running: int = 64
+    max_prompt_tokens: int = 900
+    max_new_tokens: int = 512
+    prefix_cache: bool = True
+    batch_invariant: bool = True
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        _check_choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        _check_choice("index_k_dtype", self.index_k_dtype, INDEX_K_DTYPES)
+        for name in ("page_size", "num_pages", "max_batch_tokens", "chunk_size", "max_running",
+                     "max_prompt_tokens", "max_new_tokens"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.chunk_size > self.max_batch_tokens:
+            raise ConfigError("chunk_size must not exceed max_batch_tokens")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EngineConfig:
+        return _from_dict(cls, data)
+
+    def replace(self, **changes) -> EngineConfig:
+        return _from_dict(type(self), {**asdict(self), **changes})

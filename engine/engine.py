@@ -1,0 +1,163 @@
+"""The serving engine: scheduler + model runner driven by one background thread.
+
+Thread model: ``submit`` and ``abort`` may be called from any thread; they only enqueue. The loop
+thread owns the scheduler, pools and model; it delivers ``TokenEvent``s through each request's
+sink (which must be cheap and thread-safe, e.g. ``loop.call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.config import EngineConfig
+from engine.kv_pool import KVPool, PageAllocator
+from engine.model import TinyDeepSeek, load_model
+from engine.model_runner import ModelRunner, StepOutput
+from engine.radix_cache import RadixCache
+from engine.scheduler import Scheduler
+from engine.sequence import FinishReason, Sequence, Status, TokenEvent
+from engine.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+class PromptTooLongError(ValueError):
+    """The prompt (plus max_tokens) does not fit the engine's limits."""
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    cached_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
+    busy_seconds: float = 0.0
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig, model: TinyDeepSeek | None = None) -> None:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
+        self.tokenizer = Tokenizer()
+        self.model = (model or load_model(Path(cfg.model_dir) / "model.safetensors")).to(cfg.device)
+        self.pool = KVPool.create(self.model.cfg, cfg)
+        self.allocator = PageAllocator(cfg.num_pages)
+        self.cache = RadixCache(self.allocator, cfg.page_size) if cfg.prefix_cache else None
+        self.scheduler = Scheduler(cfg, self.allocator, self.cache)
+        self.runner = ModelRunner(self.model, self.pool, cfg)
+        self.stats = EngineStats()
+        self._inbox: queue.Queue = queue.Queue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def validate(self, prompt: list[int], max_tokens: int) -> None:
+        limit = min(self.cfg.max_prompt_tokens, self.model.cfg.max_seq_len - max_tokens)
+        if len(prompt) > limit:
+            raise PromptTooLongError(
+                f"prompt has {len(prompt)} tokens; limit with max_tokens={max_tokens} is {limit}")
+        if max_tokens > self.cfg.max_new_tokens:
+            raise PromptTooLongError(f"max_tokens {max_tokens} > {self.cfg.max_new_tokens}")
+
+    def submit(self, seq: Sequence) -> Sequence:
+        self.validate(seq.prompt, seq.params.max_tokens)
+        self._inbox.put(("add", seq))
+        self._wake.set()
+        return seq
+
+    def abort(self, rid: str) -> None:
+        self._inbox.put(("abort", rid))
+        self._wake.set()
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                op, arg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if op == "add":
+                self.scheduler.add(arg)
+                self.stats.prompt_tokens += len(arg.prompt)
+            else:
+                seq = self.scheduler.find(arg)
+                if seq is not None:
+                    self._finish(seq, FinishReason.ABORT)
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        self.scheduler.finish(seq, reason)
+        self.stats.finished[reason.value] += 1
+        seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached))
+
+    def step(self) -> StepOutput | None:
+        """Runs one scheduling step; returns None when there was nothing to run."""
+        self._drain_inbox()
+        batch = self.scheduler.schedule()
+        if not batch:
+            return None
+        t0 = time.perf_counter()
+        out = self.runner.run(batch)
+        for it in batch.items:
+            it.seq.num_computed = it.start + it.num_tokens
+        for s in out.sampled:
+            self._accept(s.seq, s.token)
+        self.stats.steps += 1
+        self.stats.busy_seconds += time.perf_counter() - t0
+        return out
+
+    def _accept(self, seq: Sequence, token: int) -> None:
+        if seq.status is not Status.RUNNING:
+            return
+        seq.output.append(token)
+        self.stats.generated_tokens += 1
+        if len(seq.output) == 1:
+            self.stats.cached_tokens += seq.num_cached
+        seq.sink(TokenEvent(seq.rid, token, None, seq.num_cached))
+        stop = token == self.tokenizer.eos_id or token in seq.params.stop_token_ids
+        if stop or len(seq.output) >= seq.params.max_tokens:
+            self._finish(seq, FinishReason.STOP if stop else FinishReason.LENGTH)
+
+    def run_until_idle(self, max_steps: int = 100_000) -> None:
+        for _ in range(max_steps):
+            if self.step() is None and self._inbox.empty():
+                return
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ran = self.step()
+            except Exception:
+                log.exception("engine step failed; aborting running requests")
+                self._abort_all()
+                ran = None
+            if ran is None:
+                self._wake.wait(timeout=0.05)
+                self._wake.clear()
+
+    def _abort_all(self) -> None:
+        for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+            self._finish(seq, FinishReason.ABORT)
+
+    def generate(self, prompt: list[int], params) -> list[int]:
+        """Synchronous single-request helper (no background thread must be running)."""
+        seq = self.submit(Sequence(rid=f"gen-{time.monotonic_ns()}", prompt=prompt, params=params))
+        self.run_until_idle()
+        return seq.output

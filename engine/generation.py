@@ -1,0 +1,89 @@
+"""Async bridge between HTTP handlers and the engine thread: one ``Generation`` per request.
+
+A ``Generation`` renders the chat prompt (forcing a DSML prefix for ``tool_choice`` required or
+named), submits the sequence, and exposes its tokens as an async iterator. Leaving the iterator
+early (client gone) aborts the sequence in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from engine import tokenizer as T
+from engine.chat import ToolSpec, render_prompt
+from engine.engine import Engine
+from engine.sequence import FinishReason, SamplingParams, Sequence, TokenEvent
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """Prompt ids plus the forced assistant prefix (already in the prompt, part of the output)."""
+
+    ids: list[int]
+    forced_prefix: str
+    tools: list[ToolSpec]
+
+
+def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
+                tool_choice) -> PromptPlan:
+    visible = [] if tool_choice == "none" else tools
+    prefix = ""
+    if tool_choice == "required":
+        prefix = T.FC_OPEN + "\n"
+    elif isinstance(tool_choice, dict):
+        prefix = T.FC_OPEN + "\n" + T.INVOKE_OPEN + tool_choice["function"]["name"] + T.TAG_END
+    text = render_prompt(messages, visible) + prefix
+    return PromptPlan(engine.tokenizer.encode(text), prefix, visible)
+
+
+class Generation:
+    def __init__(self, engine: Engine, plan: PromptPlan, params: SamplingParams,
+                 rid: str | None = None) -> None:
+        self.engine = engine
+        self.plan = plan
+        self.rid = rid or f"{int(time.time())}-{next(_ids)}"
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self.tokens: list[int] = []
+        self.finish_reason: FinishReason | None = None
+        self.num_cached = 0
+        self.created = time.time()
+        self.first_token_at: float | None = None
+        self.seq = Sequence(self.rid, plan.ids, params, sink=self._sink)
+
+    def _sink(self, ev: TokenEvent) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
+
+    def start(self) -> Generation:
+        self.engine.submit(self.seq)
+        return self
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        """Yields token events until the terminal one; aborts the request if not exhausted."""
+        try:
+            while self.finish_reason is None:
+                ev = await self.queue.get()
+                self.num_cached = ev.num_cached_tokens
+                if ev.token is not None:
+                    self.first_token_at = self.first_token_at or time.time()
+                    self.tokens.append(ev.token)
+                    yield ev
+                if ev.finish_reason is not None:
+                    self.finish_reason = ev.finish_reason
+        finally:
+            if self.finish_reason is None:
+                self.engine.abort(self.rid)
+                self.finish_reason = FinishReason.ABORT
+
+    def text_of(self, token: int) -> str:
+        return "" if token == self.engine.tokenizer.eos_id else self.engine.tokenizer.token_text(token)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.plan.ids)

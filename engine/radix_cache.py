@@ -1,0 +1,99 @@
+"""Radix prefix cache at page granularity: each edge is one full page of token ids.
+
+Invariant: the tree holds one allocator reference on every page it stores; a page is evictable
+when it is a leaf and the tree's reference is the only one left.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from engine.kv_pool import PageAllocator
+
+
+@dataclass
+class _Node:
+    page: int
+    parent: _Node | None
+    key: tuple[int, ...]
+    children: dict[tuple[int, ...], _Node] = field(default_factory=dict)
+    last_access: int = 0
+
+
+@dataclass(frozen=True)
+class PrefixMatch:
+    """Pages holding the longest cached prefix; ``num_tokens == len(pages) * page_size``."""
+
+    pages: tuple[int, ...]
+    num_tokens: int
+
+
+class RadixCache:
+    def __init__(self, allocator: PageAllocator, page_size: int) -> None:
+        self.alloc = allocator
+        self.page_size = page_size
+        self.root = _Node(page=-1, parent=None, key=())
+        self._clock = itertools.count(1)
+        self.num_pages = 0
+
+    def _chunks(self, tokens: list[int]):
+        S = self.page_size
+        for i in range(len(tokens) // S):
+            yield tuple(tokens[i * S:(i + 1) * S])
+
+    def match(self, tokens: list[int], max_tokens: int | None = None) -> PrefixMatch:
+        """Longest cached full-page prefix of ``tokens``, at most ``max_tokens`` long.
+
+        Takes one allocator reference per returned page on behalf of the caller.
+        """
+        node, pages, now = self.root, [], next(self._clock)
+        limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
+        for key in self._chunks(tokens[:limit]):
+            child = node.children.get(key)
+            if child is None:
+                break
+            child.last_access = now
+            pages.append(child.page)
+            node = child
+        self.alloc.share(pages)
+        return PrefixMatch(tuple(pages), len(pages) * self.page_size)
+
+    def insert(self, tokens: list[int], pages: list[int]) -> int:
+        """Stores the full pages of ``tokens`` (``pages[i]`` holds page i); returns pages added.
+
+        Pages already present keep the tree's copy; the caller keeps its own references either way.
+        """
+        node, added, now = self.root, 0, next(self._clock)
+        for key, page in zip(self._chunks(tokens), pages):
+            child = node.children.get(key)
+            if child is None:
+                child = _Node(page=page, parent=node, key=key)
+                node.children[key] = child
+                self.alloc.share([page])
+                added += 1
+            child.last_access = now
+            node = child
+        self.num_pages += added
+        return added
+
+    def evict(self, num_pages: int) -> int:
+        """Frees up to ``num_pages`` least-recently-used evictable leaves; returns pages freed."""
+        freed = 0
+        while freed < num_pages:
+            leaves = [n for n in self._nodes() if not n.children and self.alloc.refcount[n.page] == 1]
+            if not leaves:
+                break
+            for leaf in sorted(leaves, key=lambda n: n.last_access)[: num_pages - freed]:
+                del leaf.parent.children[leaf.key]
+                self.alloc.free([leaf.page])
+                freed += 1
+        self.num_pages -= freed
+        return freed
+
+    def _nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            yield node

@@ -1,0 +1,99 @@
+"""Request state: sampling parameters, tokens, page table, lifecycle."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy (argmax, ties to the lowest id); otherwise seeded sampling."""
+
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens <= 0:
+            raise ValueError("max_tokens must be positive")
+        if not 0.0 <= self.temperature <= 2.0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError("temperature must be in [0, 2] and top_p in (0, 1]")
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One generated token (or the terminal event) delivered to a request's sink."""
+
+    rid: str
+    token: int | None
+    finish_reason: FinishReason | None = None
+    num_cached_tokens: int = 0
+
+
+@dataclass(eq=False)
+class Sequence:
+    rid: str
+    prompt: list[int]
+    params: SamplingParams
+    sink: Callable[[TokenEvent], None] = lambda ev: None
+    output: list[int] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    num_cached: int = 0
+    status: Status = Status.WAITING
+    finish_reason: FinishReason | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    generator: torch.Generator | None = None
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.num_computed < len(self.prompt)
+
+    @property
+    def max_total_tokens(self) -> int:
+        return len(self.prompt) + self.params.max_tokens
+
+    def rng(self, device: torch.device) -> torch.Generator:
+        if self.generator is None:
+            self.generator = torch.Generator(device=device).manual_seed(self.params.seed)
+        return self.generator
+
+
+def sample(logits: torch.Tensor, seq: Sequence) -> int:
+    """logits [V] fp32 -> token id, deterministic for a given seed and call order."""
+    p = seq.params
+    if p.temperature == 0.0:
+        return int(torch.argmax(logits).item())
+    probs = torch.softmax(logits.float() / p.temperature, dim=-1)
+    if p.top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True, stable=True)
+        keep = sorted_p.cumsum(-1) - sorted_p < p.top_p
+        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
+    return int(torch.multinomial(probs, 1, generator=seq.rng(logits.device)).item())

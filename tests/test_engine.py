@@ -1,0 +1,130 @@
+"""Engine core: pages, prefix cache, scheduler, batch invariance, and equality with the oracle."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from engine.config import ConfigError, EngineConfig, ModelConfig
+from engine.engine import Engine, PromptTooLongError
+from engine.kv_pool import OutOfPagesError, PageAllocator
+from engine.layers import linear
+from engine.model import TinyDeepSeek
+from engine.radix_cache import RadixCache
+from engine.reference import Reference
+from engine.sequence import SamplingParams, Sequence
+
+SMALL = ModelConfig(n_layers=2, d_model=64, n_heads=2, d_ff=96, index_topk=8, max_seq_len=256)
+
+
+def small_engine(**kw) -> Engine:
+    torch.manual_seed(0)
+    model = TinyDeepSeek(SMALL).eval()
+    for p in model.parameters():  # larger weights make the random model's choices less tied
+        p.data.mul_(8.0 if p.dim() == 2 else 1.0)
+    cfg = EngineConfig(page_size=4, num_pages=256, max_batch_tokens=48, chunk_size=16, **kw)
+    return Engine(cfg, model=model)
+
+
+def prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    shared = [rng.randrange(10, 120) for _ in range(9)]
+    return [shared + [rng.randrange(10, 120) for _ in range(rng.randint(3, 40))] for _ in range(n)]
+
+
+def test_allocator_refcounts_and_errors():
+    a = PageAllocator(4)
+    pages = a.alloc(3)
+    a.share(pages[:1])
+    a.free(pages)
+    assert a.num_free == 3
+    with pytest.raises(OutOfPagesError):
+        a.alloc(4)
+    a.free(pages[:1])
+    with pytest.raises(ValueError, match="double free"):
+        a.free(pages[:1])
+
+
+def test_radix_cache_match_insert_evict():
+    a = PageAllocator(8)
+    cache = RadixCache(a, page_size=2)
+    pages = a.alloc(3)
+    assert cache.insert([1, 2, 3, 4, 5, 6, 7], pages) == 3
+    a.free(pages)
+    m = cache.match([1, 2, 3, 4, 9, 9])
+    assert m.pages == tuple(pages[:2]) and m.num_tokens == 4
+    assert cache.evict(8) == 1  # only the unshared leaf [5, 6]
+    a.free(list(m.pages))
+    assert cache.evict(8) == 2 and a.num_free == 8
+
+
+def test_batch_invariant_linear_rows_are_bitwise_equal():
+    torch.manual_seed(1)
+    w, x = torch.randn(96, 64), torch.randn(33, 64)
+    alone = torch.cat([linear(x[i:i + 1], w, True) for i in range(33)])
+    assert torch.equal(linear(x, w, True), alone)
+
+
+def test_engine_matches_reference_under_concurrency():
+    eng = small_engine()
+    ref = Reference(eng.model, eng.cfg)
+    ps = prompts(6)
+    seqs = [eng.submit(Sequence("r0", ps[0], SamplingParams(max_tokens=12)))]
+    eng.run_until_idle()  # r0's pages enter the prefix cache; the rest share its prefix
+    seqs += [eng.submit(Sequence(f"r{i}", p, SamplingParams(max_tokens=12)))
+             for i, p in enumerate(ps[1:], 1)]
+    eng.run_until_idle()
+    for p, seq in zip(ps, seqs):
+        assert seq.output == ref.generate(p, 12, eng.tokenizer.eos_id)[: len(seq.output)]
+        assert len(seq.output) == 12 or seq.output[-1] == eng.tokenizer.eos_id
+    assert sum(s.num_cached for s in seqs) > 0, "shared prefix should hit the radix cache"
+    assert eng.allocator.num_free + eng.cache.num_pages == eng.allocator.num_pages
+
+
+def test_output_independent_of_batching():
+    solo, busy = small_engine(), small_engine()
+    target = prompts(1, seed=5)[0]
+    alone = solo.generate(target, SamplingParams(max_tokens=10))
+    for i, p in enumerate(prompts(7, seed=9)):
+        busy.submit(Sequence(f"x{i}", p, SamplingParams(max_tokens=10)))
+    seq = busy.submit(Sequence("t", target, SamplingParams(max_tokens=10)))
+    busy.run_until_idle()
+    assert seq.output == alone
+
+
+def test_seeded_sampling_replays():
+    outs = []
+    for _ in range(2):
+        eng = small_engine()
+        outs.append(eng.generate(prompts(1)[0], SamplingParams(12, temperature=1.0, seed=7)))
+    assert outs[0] == outs[1]
+
+
+def test_abort_frees_pages():
+    eng = small_engine()
+    eng.submit(Sequence("a", prompts(1)[0], SamplingParams(max_tokens=50)))
+    eng.step()
+    eng.abort("a")
+    eng.run_until_idle()
+    assert eng.allocator.num_free + eng.cache.num_pages == eng.allocator.num_pages
+    assert eng.stats.finished["abort"] == 1
+
+
+def test_prompt_limits_and_config_validation():
+    eng = small_engine()
+    with pytest.raises(PromptTooLongError):
+        eng.submit(Sequence("big", [5] * 2000, SamplingParams(max_tokens=4)))
+    with pytest.raises(ConfigError, match="valid: fp8, bf16, fp32"):
+        EngineConfig(index_k_dtype="int4")
+    with pytest.raises(ConfigError, match="unknown EngineConfig options"):
+        EngineConfig.from_dict({"pagesize": 3})
+
+
+@pytest.mark.parametrize("dtypes", [("bf16", "bf16"), ("fp32", "fp32")])
+def test_storage_dtypes_match_reference(dtypes):
+    eng = small_engine(kv_dtype=dtypes[0], index_k_dtype=dtypes[1])
+    ref = Reference(eng.model, eng.cfg)
+    p = prompts(1, seed=3)[0]
+    assert eng.generate(p, SamplingParams(max_tokens=8)) == ref.generate(p, 8, eng.tokenizer.eos_id)

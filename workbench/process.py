@@ -1,0 +1,112 @@
+"""Server subprocesses: free ports, captured logs, health waits, guaranteed teardown."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+class LaunchError(RuntimeError):
+    """A server process failed to become healthy; the message names it and tails its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+@dataclass
+class ServerProcess:
+    """One server: ``argv`` is run with ``{port}`` substituted; health is polled at ``health``."""
+
+    name: str
+    argv: list[str]
+    log_dir: Path
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    health: str = "/health"
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    def start(self) -> ServerProcess:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = [a.format(port=self.port, host=self.host) for a in self.argv]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        _LIVE.add(self)
+        log.info("started %s pid %d on %s", self.name, self.proc.pid, self.url)
+        return self
+
+    def wait_healthy(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise LaunchError(f"{self.name} exited with {self.proc.returncode}; log tail:\n"
+                                  f"{tail(self.log_path)}")
+            try:
+                if httpx.get(self.url + self.health, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise LaunchError(f"{self.name} not healthy after {timeout:.0f}s at {self.url}; log "
+                          f"tail:\n{tail(self.log_path)}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive():
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=timeout)
+        log.info("stopped %s", self.name)
+
+
+def python_module(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_LIVE):
+        server.stop(timeout=5.0)
