@@ -1,0 +1,352 @@
+"""DSML tool-call parsing: batch (``parse_tool_calls``) and streaming (``StreamingDSMLDetector``).
+
+Both share one set of rules, so for any split of a text into deltas the streamed content and
+calls equal the batch parse of the whole text:
+
+- A block starts at ``FC_OPEN`` and extends to the first ``FC_CLOSE`` after it (or to the end
+  of the text when unclosed).
+- A block that parses completely becomes tool calls. Any other block (unclosed, bad nesting,
+  invalid JSON for ``string="false"``, unknown tool name when tools are given, empty block)
+  goes to content verbatim and sets ``leaked``.
+- Text outside blocks is content. Content containing a DSML marker (``LEAK_MARKERS``, e.g. a
+  stray ``</｜DSML｜invoke>``) also sets ``leaked``.
+
+Block grammar (ws = spaces, tabs, newlines)::
+
+    block  := FC_OPEN ws (invoke ws)+ FC_CLOSE
+    invoke := INVOKE_OPEN tool_name TAG_END ws (param ws)* INVOKE_CLOSE
+    param  := PARAM_OPEN key (STRING_TRUE raw_text | STRING_FALSE json) PARAM_CLOSE
+
+Parameter values may not contain DSML markers; keys are unique within an invoke.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+
+from engine import tokenizer as T
+from engine.chat import ToolCall, ToolSpec
+
+TOOL_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+PARAM_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"
+LEAK_MARKERS: tuple[str, ...] = ("｜DSML｜", T.STRING_TRUE, T.STRING_FALSE)
+_MARKER_TAIL = max(len(m) for m in LEAK_MARKERS) - 1
+_WS = " \t\r\n"
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """Outcome of parsing one complete model output.
+
+    ``content`` is every character of the text not consumed by a well-formed block, in order;
+    ``leaked`` is True iff some block was malformed or ``content`` contains a DSML marker.
+    """
+
+    content: str
+    calls: tuple[ToolCall, ...]
+    leaked: bool
+
+    def call_ids(self) -> tuple[str, ...]:
+        """Ids of ``calls``, identical to those the streaming detector assigns."""
+        return tuple(tool_call_id(i, c) for i, c in enumerate(self.calls))
+
+
+@dataclass(frozen=True)
+class ContentDelta:
+    """A piece of normal (non-tool-call) text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of tool call ``index``.
+
+    The first delta of a call carries ``id`` and ``name`` with empty ``arguments``; later ones
+    carry only argument fragments, whose concatenation equals ``json.dumps(arguments)``.
+    """
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+StreamEvent = ContentDelta | ToolCallDelta
+
+
+def arguments_json(arguments: dict) -> str:
+    """The canonical JSON text of a call's arguments (what OpenAI clients receive)."""
+    return json.dumps(arguments)
+
+
+def tool_call_id(index: int, call: ToolCall) -> str:
+    """Deterministic id: ``call_<index>_<first 8 hex of sha1(name + arguments_json)>``."""
+    digest = hashlib.sha1((call.name + arguments_json(call.arguments)).encode()).hexdigest()
+    return f"call_{index}_{digest[:8]}"
+
+
+def parse_tool_calls(text: str, tools: list[ToolSpec] | None = None) -> ParseResult:
+    """Splits ``text`` into content and tool calls (see module docstring for the rules).
+
+    ``tools=None`` accepts any tool name; a list (even empty) accepts only the names in it.
+    """
+    content: list[str] = []
+    calls: list[ToolCall] = []
+    bad = False
+    pos = 0
+    while (start := text.find(T.FC_OPEN, pos)) >= 0:
+        content.append(text[pos:start])
+        close = text.find(T.FC_CLOSE, start + len(T.FC_OPEN))
+        pos = len(text) if close < 0 else close + len(T.FC_CLOSE)
+        try:
+            calls += _BlockParser(text[start:pos], tools).parse()
+        except (_Malformed, _Incomplete):
+            content.append(text[start:pos])
+            bad = True
+    content.append(text[pos:])
+    joined = "".join(content)
+    return ParseResult(joined, tuple(calls), bad or _has_marker(joined))
+
+
+class StreamingDSMLDetector:
+    """Incremental DSML parser: ``feed`` deltas, then call ``finish`` once.
+
+    Text that might start a block is held back; a block's calls are emitted when its
+    ``FC_CLOSE`` arrives. A block is passed through as content as soon as it is known to be
+    malformed (or at ``finish`` when unclosed). Invariant: for any split of a text, the
+    concatenated ``ContentDelta`` texts, the calls and ``leaked`` equal ``parse_tool_calls``.
+    """
+
+    def __init__(self, tools: list[ToolSpec] | None = None) -> None:
+        self._tools = tools
+        self._buf = ""  # held text: a possible FC_OPEN prefix, or the open block's text
+        self._in_block = False
+        self._bad = False  # the open block is malformed; its text is passing through
+        self._tail = ""  # end of emitted content, to catch markers split across deltas
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._finished = False
+        self.leaked = False
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(self._calls)
+
+    @property
+    def content(self) -> str:
+        return "".join(self._content)
+
+    def result(self) -> ParseResult:
+        """Everything emitted so far, as a ``ParseResult`` (complete after ``finish``)."""
+        return ParseResult(self.content, self.calls, self.leaked)
+
+    def feed(self, delta: str) -> list[StreamEvent]:
+        if self._finished:
+            raise RuntimeError("feed() after finish()")
+        out: list[StreamEvent] = []
+        self._buf += delta
+        while self._step_block(out) if self._in_block else self._step_outside(out):
+            pass
+        return out
+
+    def finish(self) -> list[StreamEvent]:
+        """Flushes held text; an unclosed block is emitted as content with ``leaked=True``."""
+        out: list[StreamEvent] = []
+        if not self._finished:
+            self._finished = True
+            self.leaked |= self._in_block
+            self._emit_content(self._buf, out)
+            self._buf, self._in_block = "", False
+        return out
+
+    def _step_outside(self, out: list[StreamEvent]) -> bool:
+        start = self._buf.find(T.FC_OPEN)
+        if start < 0:
+            self._emit_all_but(_partial_suffix(self._buf, T.FC_OPEN), out)
+            return False
+        self._emit_content(self._buf[:start], out)
+        self._buf = self._buf[start:]
+        self._in_block, self._bad = True, False
+        return True
+
+    def _step_block(self, out: list[StreamEvent]) -> bool:
+        close = self._buf.find(T.FC_CLOSE, 0 if self._bad else len(T.FC_OPEN))
+        if close >= 0:
+            end = close + len(T.FC_CLOSE)
+            block, self._buf = self._buf[:end], self._buf[end:]
+            self._in_block = False
+            self._close_block(block, out)
+            return True
+        if not self._bad and _is_malformed_prefix(self._buf, self._tools):
+            self._bad = self.leaked = True
+        if self._bad:
+            self._emit_all_but(_partial_suffix(self._buf, T.FC_CLOSE), out)
+        return False
+
+    def _close_block(self, block: str, out: list[StreamEvent]) -> None:
+        if self._bad:
+            self._emit_content(block, out)
+            return
+        try:
+            calls = _BlockParser(block, self._tools).parse()
+        except (_Malformed, _Incomplete):
+            self.leaked = True
+            self._emit_content(block, out)
+            return
+        for call in calls:
+            self._emit_call(call, out)
+
+    def _emit_call(self, call: ToolCall, out: list[StreamEvent]) -> None:
+        index = len(self._calls)
+        self._calls.append(call)
+        out.append(ToolCallDelta(index, tool_call_id(index, call), call.name, ""))
+        out += [ToolCallDelta(index, None, None, f) for f in _argument_fragments(call.arguments)]
+
+    def _emit_all_but(self, keep: int, out: list[StreamEvent]) -> None:
+        cut = len(self._buf) - keep
+        self._emit_content(self._buf[:cut], out)
+        self._buf = self._buf[cut:]
+
+    def _emit_content(self, text: str, out: list[StreamEvent]) -> None:
+        if not text:
+            return
+        window = self._tail + text
+        self.leaked |= _has_marker(window)
+        self._tail = window[-_MARKER_TAIL:]
+        self._content.append(text)
+        out.append(ContentDelta(text))
+
+
+def _argument_fragments(arguments: dict) -> list[str]:
+    """One fragment per parameter; ``"".join`` of the result equals ``arguments_json``."""
+    if not arguments:
+        return [arguments_json(arguments)]
+    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in arguments.items()]
+    frags = ["{" + parts[0]] + [", " + p for p in parts[1:]]
+    frags[-1] += "}"
+    return frags
+
+
+class _Incomplete(Exception):
+    """The text so far is a proper prefix of some well-formed block."""
+
+
+class _Malformed(Exception):
+    """No continuation of the text so far is a well-formed block."""
+
+
+def _has_marker(text: str) -> bool:
+    return any(m in text for m in LEAK_MARKERS)
+
+
+def _partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest proper suffix of ``text`` that is a prefix of ``tag``."""
+    for k in range(min(len(text), len(tag) - 1), 0, -1):
+        if text.endswith(tag[:k]):
+            return k
+    return 0
+
+
+def _is_malformed_prefix(text: str, tools: list[ToolSpec] | None) -> bool:
+    try:
+        _BlockParser(text, tools).parse()
+    except _Malformed:
+        return True
+    except _Incomplete:
+        pass
+    return False
+
+
+# (full match, prefix match): every prefix of a valid name, "" included, matches the latter.
+_TOOL_NAME = (re.compile(TOOL_NAME_PATTERN), re.compile(f"(?:{TOOL_NAME_PATTERN})?"))
+_PARAM_NAME = (re.compile(PARAM_NAME_PATTERN), re.compile(f"(?:{PARAM_NAME_PATTERN})?"))
+
+
+def _json_value(raw: str):
+    def reject(constant: str):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    try:
+        return json.loads(raw, parse_constant=reject)
+    except ValueError:
+        raise _Malformed from None
+
+
+class _BlockParser:
+    """Recursive-descent parser of one block; raises ``_Incomplete`` or ``_Malformed``.
+
+    Monotone: if a text is ``_Malformed``, so is every extension of it, which lets the
+    streaming detector give up on a block early without changing the final result.
+    """
+
+    def __init__(self, text: str, tools: list[ToolSpec] | None) -> None:
+        self.s, self.pos = text, 0
+        self.known = None if tools is None else {t.name for t in tools}
+
+    def parse(self) -> list[ToolCall]:
+        self._expect(T.FC_OPEN)
+        calls = []
+        tag = self._next_tag(T.INVOKE_OPEN)
+        while tag == T.INVOKE_OPEN:
+            calls.append(self._invoke())
+            tag = self._next_tag(T.INVOKE_OPEN, T.FC_CLOSE)
+        if self.pos != len(self.s):
+            raise _Malformed
+        return calls
+
+    def _invoke(self) -> ToolCall:
+        name = self._name(_TOOL_NAME)
+        if self.known is not None and name not in self.known:
+            raise _Malformed
+        self._expect(T.TAG_END)
+        args: dict = {}
+        while self._next_tag(T.PARAM_OPEN, T.INVOKE_CLOSE) == T.PARAM_OPEN:
+            key = self._name(_PARAM_NAME)
+            is_str = self._expect(T.STRING_TRUE, T.STRING_FALSE) == T.STRING_TRUE
+            raw = self._value()
+            if key in args:
+                raise _Malformed
+            args[key] = raw if is_str else _json_value(raw)
+        return ToolCall(name, args)
+
+    def _next_tag(self, *tags: str) -> str:
+        while self.pos < len(self.s) and self.s[self.pos] in _WS:
+            self.pos += 1
+        return self._expect(*tags)
+
+    def _expect(self, *tags: str) -> str:
+        rest = self.s[self.pos:]
+        for tag in tags:
+            if rest.startswith(tag):
+                self.pos += len(tag)
+                return tag
+        raise _Incomplete if any(t.startswith(rest) for t in tags) else _Malformed
+
+    def _name(self, matchers: tuple[re.Pattern, re.Pattern]) -> str:
+        """Reads a name up to (not including) the next quote."""
+        full, prefix = matchers
+        end = self.s.find('"', self.pos)
+        if end < 0:
+            raise _Incomplete if prefix.fullmatch(self.s, self.pos) else _Malformed
+        name = self.s[self.pos:end]
+        if not full.fullmatch(name):
+            raise _Malformed
+        self.pos = end
+        return name
+
+    def _value(self) -> str:
+        """Reads a raw value up to and including ``PARAM_CLOSE``."""
+        end = self.s.find(T.PARAM_CLOSE, self.pos)
+        if end < 0:
+            rest = self.s[self.pos:]
+            rest = rest[:len(rest) - _partial_suffix(rest, T.PARAM_CLOSE)]
+            raise _Malformed if _has_marker(rest) else _Incomplete
+        raw = self.s[self.pos:end]
+        if _has_marker(raw):
+            raise _Malformed
+        self.pos = end + len(T.PARAM_CLOSE)
+        return raw

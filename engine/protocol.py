@@ -1,0 +1,343 @@
+"""OpenAI-compatible request/response models (pydantic v2) for ``/v1/chat/completions``.
+
+Requests are strict: unknown fields, wrong JSON types and out-of-range values are rejected with a
+``ValidationError``; ``validation_error_message`` turns it into one line naming the field.
+Responses follow the OpenAI schema plus a per-choice ``dsml_leaked`` flag, which the official
+``openai`` SDK keeps as an extra field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from engine.chat import ToolSpec
+from engine.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
+
+DEFAULT_MODEL = "tiny-deepseek"
+MAX_TOKENS_LIMIT = 4096
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Schema(BaseModel):
+    """JSON-schema fragments: known keywords are checked, other keywords are kept."""
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+
+class FunctionCallIn(_Request):
+    name: str = Field(pattern=f"^{TOOL_NAME_PATTERN}$")
+    arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, v: str) -> str:
+        try:
+            if isinstance(json.loads(v), dict):
+                return v
+        except ValueError:
+            pass
+        raise ValueError("must be a JSON-encoded object string")
+
+
+class ToolCallIn(_Request):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
+class Message(_Request):
+    """A chat message. Invariant: system/user/tool have string content; assistant has content
+    or tool_calls; tool_calls only on assistant; tool_call_id only on tool."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _join_text_parts(cls, v: Any) -> Any:
+        """Accepts OpenAI content parts ``[{"type": "text", "text": ...}]`` as a string."""
+        if not isinstance(v, list):
+            return v
+        if not all(isinstance(p, dict) and p.keys() == {"type", "text"} and p["type"] == "text"
+                   and isinstance(p["text"], str) for p in v):
+            raise ValueError("content parts must be {'type': 'text', 'text': str}")
+        return "".join(p["text"] for p in v)
+
+    @model_validator(mode="after")
+    def _role_rules(self) -> Message:
+        if self.role != "assistant" and self.content is None:
+            raise ValueError(f"{self.role} message requires content")
+        if self.role == "assistant" and self.content is None and not self.tool_calls:
+            raise ValueError("assistant message requires content or tool_calls")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("tool_calls is only allowed on assistant messages")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError("tool_call_id is only allowed on tool messages")
+        return self
+
+
+
+class PropertySchema(_Schema):
+    type: Literal["string", "integer", "number", "boolean"]
+    description: str | None = None
+
+
+class ParametersSchema(_Schema):
+    type: Literal["object"] = "object"
+    properties: dict[Annotated[str, Field(pattern=f"^{PARAM_NAME_PATTERN}$")], PropertySchema] = (
+        Field(default_factory=dict))
+    required: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _required_known(self) -> ParametersSchema:
+        missing = [r for r in self.required or [] if r not in self.properties]
+        if missing:
+            raise ValueError(f"required names unknown property {missing[0]!r}")
+        return self
+
+
+class FunctionDef(_Request):
+    name: str = Field(pattern=f"^{TOOL_NAME_PATTERN}$")
+    description: str | None = None
+    parameters: ParametersSchema | None = None
+    strict: bool | None = None
+
+
+class ToolParam(_Request):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Request):
+    name: str
+
+
+class NamedToolChoice(_Request):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(_Request):
+    include_usage: bool = False
+
+
+
+class ChatCompletionRequest(_Request):
+    """``POST /v1/chat/completions`` body.
+
+    Invariants after validation: ``messages`` is non-empty; tool names are unique and
+    ``tool_choice`` names a declared tool; ``stop`` is None or a list of 1-4 non-empty strings;
+    ``max_tokens`` (alias ``max_completion_tokens``) is None or in 1..4096; ``n == 1``.
+    """
+
+    model: str = DEFAULT_MODEL
+    messages: list[Message] = Field(min_length=1)
+    tools: list[ToolParam] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=MAX_TOKENS_LIMIT,
+        validation_alias=AliasChoices("max_tokens", "max_completion_tokens"))
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    n: int = 1
+    stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        default=None, min_length=1, max_length=4)
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice_shape(cls, v: Any) -> Any:
+        if isinstance(v, dict) or v is None or v in ("auto", "none", "required"):
+            return v
+        raise ValueError("must be 'auto', 'none', 'required' or "
+                         "{'type': 'function', 'function': {'name': ...}}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_max_tokens(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"max_tokens", "max_completion_tokens"} <= data.keys():
+            raise ValueError("max_tokens: give only one of max_tokens and max_completion_tokens")
+        return data
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("n")
+    @classmethod
+    def _only_one(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("only n=1 is supported")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ChatCompletionRequest:
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) != len(names):
+            raise ValueError("tools: duplicate function name")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise ValueError(f"tool_choice: function {choice.function.name!r} is not in tools")
+        if choice == "required" and not names:
+            raise ValueError("tool_choice: 'required' needs at least one tool")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options: only allowed when stream is true")
+        return self
+
+    def message_dicts(self) -> list[dict]:
+        """Messages as plain dicts for ``engine.chat.render_prompt``."""
+        return [m.model_dump(exclude_none=True) for m in self.messages]
+
+
+def tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
+    """The request's tools as ``ToolSpec`` (empty when no tools are declared)."""
+    return [ToolSpec.from_openai(t.model_dump(exclude_none=True)) for t in req.tools or []]
+
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "abort"]
+
+
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
+class ResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: FinishReason
+    dsml_leaked: bool = False
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+
+
+class DeltaFunction(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunction | None = None
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    dsml_leaked: bool | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One SSE ``data:`` payload; the usage-only final chunk has ``choices == []``."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """Error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+    @classmethod
+    def from_validation_error(cls, exc: ValidationError) -> ErrorResponse:
+        err = _primary_error(exc)
+        lead = re.match(r"(?:Value error, )?(\w+): ", err["msg"])
+        param = _loc_text(err["loc"]) or (lead.group(1) if lead else None)
+        return cls(error=ErrorDetail(message=validation_error_message(exc), param=param))
+
+
+def validation_error_message(exc: ValidationError) -> str:
+    """``"<field path>: <reason>"`` for the most specific error, e.g.
+    ``"tools[0].function.parameters.properties.city.type: Input should be 'string', ..."``."""
+    err = _primary_error(exc)
+    msg = err["msg"].removeprefix("Value error, ")
+    loc = _loc_text(err["loc"])
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _primary_error(exc: ValidationError) -> dict:
+    """The deepest error (first on ties): for unions this is the best-matching branch."""
+    return max(exc.errors(), key=lambda e: len(_field_parts(e["loc"])))
+
+
+def _field_parts(loc: tuple) -> list:
+    """Drops pydantic's union-branch labels (``literal[...]``, ``NamedToolChoice``)."""
+    return [p for p in loc if isinstance(p, int) or not ("[" in p or p == "NamedToolChoice")]
+
+
+def _loc_text(loc: tuple) -> str:
+    text = ""
+    for p in _field_parts(loc):
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else p)
+    return text
+
+

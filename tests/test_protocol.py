@@ -1,0 +1,202 @@
+"""Tests for engine.protocol: request validation, error messages, SDK-compatible responses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from openai._models import construct_type
+from openai.types.chat import ChatCompletion as SDKCompletion
+from openai.types.chat import ChatCompletionChunk as SDKChunk
+from pydantic import ValidationError
+
+from engine.chat import ToolSpec, render_prompt
+from engine.dsml import parse_tool_calls
+from engine.protocol import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChunkChoice,
+    Delta,
+    DeltaFunction,
+    DeltaToolCall,
+    ErrorResponse,
+    FunctionCallOut,
+    ResponseMessage,
+    ToolCallOut,
+    Usage,
+    tool_specs,
+    validation_error_message,
+)
+from engine.protocol import Choice as RespChoice
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                   "properties": {"city": {"type": "string", "description": "City name"},
+                                  "days": {"type": "integer"}}}}}
+MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "weather in "}, {"type": "text",
+                                                                           "text": "Paris?"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_0", "type": "function",
+     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_0", "content": "sunny"},
+]
+
+
+def request(**overrides) -> dict:
+    return {"messages": MESSAGES, "tools": [WEATHER_TOOL], **overrides}
+
+
+def test_valid_request_parses_with_defaults():
+    req = ChatCompletionRequest.model_validate(request(stop="\n", max_completion_tokens=64))
+    assert req.model == "tiny-deepseek" and req.temperature == 0 and req.top_p == 1
+    assert req.max_tokens == 64 and req.stop == ["\n"] and req.n == 1 and not req.stream
+    assert req.messages[1].content == "weather in Paris?"
+    assert tool_specs(req) == [ToolSpec("get_weather", (("city", "str"), ("days", "int")))]
+    prompt = render_prompt(req.message_dicts(), tool_specs(req))
+    assert "get_weather(city:str, days:int)" in prompt and "Paris?" in prompt
+
+
+def test_full_request_round_trip():
+    body = request(model="m", tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                   stream=True, stream_options={"include_usage": True}, max_tokens=4096,
+                   temperature=2, top_p=0.5, seed=7, n=1, stop=["a", "b", "c", "d"])
+    req = ChatCompletionRequest.model_validate(body)
+    assert req.tool_choice.function.name == "get_weather" and req.stream_options.include_usage
+    assert ChatCompletionRequest.model_validate_json(json.dumps(body)) == req
+    for choice in ("auto", "none", "required"):
+        req = ChatCompletionRequest.model_validate(request(tool_choice=choice))
+        assert req.tool_choice == choice
+    assert tool_specs(ChatCompletionRequest.model_validate({"messages": MESSAGES[:2]})) == []
+
+
+BAD_REQUESTS = {
+    "unknown_field": ({"logit_bias": {}}, "logit_bias"),
+    "empty_messages": ({"messages": []}, "messages"),
+    "bad_role": ({"messages": [{"role": "bot", "content": "x"}]}, "messages[0].role"),
+    "user_without_content": ({"messages": [{"role": "user"}]}, "messages[0]"),
+    "tool_calls_on_user": ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]},
+                           "messages[0]"),
+    "bad_content_part": ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+                         "messages[0].content"),
+    "arguments_not_json": ({"messages": [{"role": "assistant", "tool_calls": [
+        {"function": {"name": "f", "arguments": "{oops"}}]}]},
+        "messages[0].tool_calls[0].function.arguments"),
+    "tool_bad_name": ({"tools": [{"type": "function", "function": {"name": "get weather"}}]},
+                      "tools[0].function.name"),
+    "tool_bad_type": ({"tools": [{"type": "retrieval", "function": {"name": "f"}}]},
+                      "tools[0].type"),
+    "schema_not_object": ({"tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "array"}}}]}, "tools[0].function.parameters.type"),
+    "schema_bad_prop_type": ({"tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "array"}}}}}]},
+        "tools[0].function.parameters.properties.x.type"),
+    "schema_prop_without_type": ({"tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"properties": {"x": {}}}}}]},
+        "tools[0].function.parameters.properties.x.type"),
+    "schema_required_unknown": ({"tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"properties": {}, "required": ["x"]}}}]},
+        "tools[0].function.parameters"),
+    "duplicate_tools": ({"tools": [WEATHER_TOOL, WEATHER_TOOL]}, "tools"),
+    "tool_choice_bad_string": ({"tool_choice": "always"}, "tool_choice"),
+    "tool_choice_missing_name": ({"tool_choice": {"type": "function", "function": {}}},
+                                 "tool_choice.function.name"),
+    "tool_choice_undeclared": ({"tool_choice": {"type": "function", "function": {"name": "x"}}},
+                               "tool_choice"),
+    "required_without_tools": ({"tools": None, "tool_choice": "required"}, "tool_choice"),
+    "stream_not_bool": ({"stream": "yes"}, "stream"),
+    "stream_options_without_stream": ({"stream_options": {"include_usage": True}},
+                                      "stream_options"),
+    "max_tokens_zero": ({"max_tokens": 0}, "max_tokens"),
+    "max_tokens_too_big": ({"max_completion_tokens": 4097}, "max_completion_tokens"),
+    "max_tokens_string": ({"max_tokens": "10"}, "max_tokens"),
+    "max_tokens_both": ({"max_tokens": 5, "max_completion_tokens": 5}, "max_tokens"),
+    "temperature_high": ({"temperature": 2.5}, "temperature"),
+    "top_p_zero": ({"top_p": 0}, "top_p"),
+    "seed_float": ({"seed": 1.5}, "seed"),
+    "n_two": ({"n": 2}, "n"),
+    "too_many_stops": ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    "empty_stop": ({"stop": [""]}, "stop[0]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REQUESTS))
+def test_bad_request_names_field(case):
+    overrides, field = BAD_REQUESTS[case]
+    with pytest.raises(ValidationError) as info:
+        ChatCompletionRequest.model_validate(request(**overrides))
+    message = validation_error_message(info.value)
+    assert message.startswith(field + ": "), message
+    assert "\n" not in message and "Value error" not in message
+    body = ErrorResponse.from_validation_error(info.value).model_dump()
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"] == message and body["error"]["param"] == field
+
+
+def test_n_error_is_explicit():
+    with pytest.raises(ValidationError) as info:
+        ChatCompletionRequest.model_validate(request(n=3))
+    assert validation_error_message(info.value) == "n: only n=1 is supported"
+
+
+def completion(finish_reason: str = "tool_calls") -> ChatCompletion:
+    result = parse_tool_calls("Checking." + "<｜DSML｜function_calls>\n<｜DSML｜invoke name="
+                              '"get_weather">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>')
+    calls = [ToolCallOut(id=i, function=FunctionCallOut(name=c.name, arguments="{}"))
+             for i, c in zip(result.call_ids(), result.calls, strict=True)]
+    choice = RespChoice(message=ResponseMessage(content=result.content, tool_calls=calls),
+                        finish_reason=finish_reason, dsml_leaked=result.leaked)
+    return ChatCompletion(id="chatcmpl-1", created=1700000000, model="tiny-deepseek",
+                          choices=[choice], usage=Usage(prompt_tokens=5, completion_tokens=3,
+                                                        total_tokens=8))
+
+
+def chunks() -> list[ChatCompletionChunk]:
+    def chunk(delta: Delta, **kw) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id="chatcmpl-1", created=1700000000, model="tiny-deepseek",
+                                   choices=[ChunkChoice(delta=delta, **kw)])
+    head = DeltaToolCall(index=0, id="call_0_abc", type="function",
+                         function=DeltaFunction(name="get_weather", arguments=""))
+    return [
+        chunk(Delta(role="assistant", content="")),
+        chunk(Delta(content="Checking.")),
+        chunk(Delta(tool_calls=[head])),
+        chunk(Delta(tool_calls=[DeltaToolCall(index=0, function=DeltaFunction(arguments="{}"))])),
+        chunk(Delta(), finish_reason="tool_calls", dsml_leaked=False),
+        ChatCompletionChunk(id="chatcmpl-1", created=1700000000, model="tiny-deepseek",
+                            choices=[], usage=Usage(prompt_tokens=5, completion_tokens=3,
+                                                    total_tokens=8)),
+    ]
+
+
+@pytest.mark.parametrize("exclude_none", [False, True])
+def test_openai_sdk_accepts_completion(exclude_none):
+    ours = completion()
+    sdk = SDKCompletion.model_validate(ours.model_dump(exclude_none=exclude_none))
+    assert sdk.choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert sdk.choices[0].message.content == "Checking." and sdk.usage.total_tokens == 8
+    assert sdk.choices[0].model_extra == {"dsml_leaked": False}
+    assert SDKCompletion.model_validate_json(ours.model_dump_json()).id == "chatcmpl-1"
+
+
+@pytest.mark.parametrize("exclude_none", [False, True])
+def test_openai_sdk_accepts_chunks(exclude_none):
+    parsed = [SDKChunk.model_validate(c.model_dump(exclude_none=exclude_none)) for c in chunks()]
+    assert parsed[2].choices[0].delta.tool_calls[0].id == "call_0_abc"
+    assert parsed[4].choices[0].finish_reason == "tool_calls"
+    assert parsed[-1].choices == [] and parsed[-1].usage.completion_tokens == 3
+
+
+def test_abort_finish_reason_survives_sdk_parsing():
+    """'abort' is outside the SDK's Literal, so strict validation rejects it, but the SDK's
+    client-side parsing (``construct_type``, used for HTTP responses) keeps it as-is."""
+    data = completion("abort").model_dump()
+    with pytest.raises(ValidationError):
+        SDKCompletion.model_validate(data)
+    assert construct_type(type_=SDKCompletion, value=data).choices[0].finish_reason == "abort"
+    chunk = chunks()[4].model_copy(update={"choices": [ChunkChoice(delta=Delta(),
+                                                                   finish_reason="abort")]})
+    parsed = construct_type(type_=SDKChunk, value=chunk.model_dump())
+    assert parsed.choices[0].finish_reason == "abort"
