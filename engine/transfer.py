@@ -1,0 +1,325 @@
+"""Page transfer layer: NIXL WRITEs of KV-cache / index-K pages between prefill and decode.
+
+Buffer invariant: every registered tensor is C-contiguous with shape ``[*outer, P, *inner]``
+where ``P`` (at index ``page_dim``) is the number of pages. For a flat outer index ``o``
+(a layer, when the shape is ``[L, P, ...]``) page ``p`` is the single contiguous byte range
+``data_ptr + (o * P + p) * page_bytes`` of ``page_bytes = prod(inner) * element_size`` bytes.
+Peers must agree on dtype, ``page_dim`` and every dimension except ``P`` (pools may differ in
+size). Transfers are one-sided WRITEs from this endpoint into the peer's buffer of the same name;
+the optional notification tag is delivered to the peer after the data has landed.
+All NIXL calls of one endpoint are serialized by a lock, so threads may share an endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+from nixl import _bindings as nixl_bindings
+from nixl._api import nixl_agent, nixl_agent_config
+
+from engine.transfer_channel import (
+    BufferInfo,
+    ChannelError,
+    EndpointBlob,
+    MetadataChannel,
+    TransferError,
+    fetch_peer,
+)
+
+__all__ = ["BufferInfo", "ByteRange", "ChannelError", "EndpointBlob", "MetadataChannel",
+           "Notification", "PageWrite", "PeerHandle", "TransferEndpoint", "TransferError",
+           "TransferHandle", "TransferStatus", "coalesce", "fetch_peer"]
+
+logger = logging.getLogger(__name__)
+
+_NIXL_ERRORS: tuple[type[BaseException], ...] = tuple(
+    v for k, v in vars(nixl_bindings).items()
+    if k.endswith("Error") and isinstance(v, type) and issubclass(v, Exception)
+)
+
+
+class TransferStatus(Enum):
+    """State of a posted transfer."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class PageWrite:
+    """Copy ``src_pages[i]`` of the local buffer to ``dst_pages[i]`` of the peer's buffer.
+
+    ``layer`` selects one flat outer index; ``None`` moves the pages of every outer index.
+    """
+
+    buffer: str
+    src_pages: list[int]
+    dst_pages: list[int]
+    layer: int | None = None
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A tag received from the peer agent named ``peer``."""
+
+    peer: str
+    tag: bytes
+
+
+@dataclass(frozen=True)
+class PeerHandle:
+    """A connected peer: its NIXL agent name and the blob it published."""
+
+    name: str
+    blob: EndpointBlob
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """One descriptor pair: ``length`` bytes from local ``src`` to remote ``dst``."""
+
+    src: int
+    dst: int
+    length: int
+
+
+@dataclass
+class _Plan:
+    """NIXL descriptor tuples ``(addr, len, dev_id)`` for both sides of one WRITE."""
+
+    src: list[tuple[int, int, int]] = field(default_factory=list)
+    dst: list[tuple[int, int, int]] = field(default_factory=list)
+    nbytes: int = 0
+    local_mem: str = "DRAM"
+    remote_mem: str = "DRAM"
+
+
+@dataclass
+class TransferHandle:
+    """A posted WRITE; poll it with ``TransferEndpoint.poll`` and free it with ``release``."""
+
+    peer: str
+    nbytes: int
+    num_descs: int
+    xfer: object
+    status: TransferStatus = TransferStatus.PENDING
+    released: bool = False
+
+
+def coalesce(ranges: Iterable[ByteRange]) -> list[ByteRange]:
+    """Merge consecutive ranges that are adjacent on both sides into one descriptor."""
+    out: list[ByteRange] = []
+    for r in ranges:
+        last = out[-1] if out else None
+        if last and last.src + last.length == r.src and last.dst + last.length == r.dst:
+            out[-1] = ByteRange(last.src, last.dst, last.length + r.length)
+        else:
+            out.append(r)
+    return out
+
+
+def _check_pages(what: str, pages: list[int], num_pages: int) -> list[int]:
+    try:
+        pages = [operator.index(p) for p in pages]
+    except TypeError as e:
+        raise TransferError(f"{what} pages must be integers: {e}") from e
+    bad = [p for p in pages if not 0 <= p < num_pages]
+    if bad:
+        raise TransferError(f"{what} pages {bad[:8]} out of range [0, {num_pages})")
+    return pages
+
+
+def page_ranges(local: BufferInfo, remote: BufferInfo, req: PageWrite) -> list[ByteRange]:
+    """Validated, coalesced byte ranges implementing ``req``."""
+    if len(req.src_pages) != len(req.dst_pages) or not req.src_pages:
+        raise TransferError(
+            f"{req.buffer!r}: need equal, non-empty src/dst page lists, got "
+            f"{len(req.src_pages)} and {len(req.dst_pages)}")
+    src = _check_pages(f"{req.buffer!r} src", req.src_pages, local.num_pages)
+    dst = _check_pages(f"{req.buffer!r} dst", req.dst_pages, remote.num_pages)
+    if len(set(dst)) != len(dst):
+        raise TransferError(f"{req.buffer!r}: duplicate dst pages {dst}")
+    if req.layer is not None and not 0 <= req.layer < local.n_outer:
+        raise TransferError(f"{req.buffer!r}: layer {req.layer} out of range [0, {local.n_outer})")
+    outers = range(local.n_outer) if req.layer is None else [req.layer]
+    pairs = sorted(zip(src, dst, strict=True))
+    return coalesce(
+        ByteRange(local.page_addr(o, s), remote.page_addr(o, d), local.page_bytes)
+        for o in outers for s, d in pairs)
+
+
+class TransferEndpoint:
+    """One NIXL agent owning registered page buffers; writes pages into connected peers.
+
+    ``page_dims`` maps buffer name to its page dimension (default 0): use 1 for ``[L, P, ...]``.
+    """
+
+    def __init__(self, name: str, buffers: Mapping[str, torch.Tensor], backend: str = "UCX",
+                 page_dims: Mapping[str, int] | None = None) -> None:
+        dims = dict(page_dims or {})
+        unknown = set(dims) - set(buffers)
+        if unknown:
+            raise TransferError(f"page_dims for unknown buffers {sorted(unknown)}")
+        self.name, self.backend = name, backend
+        self._tensors = dict(buffers)
+        self._infos = {k: BufferInfo.from_tensor(k, t, dims.get(k, 0)) for k, t in buffers.items()}
+        self._lock = threading.RLock()
+        self._agent = nixl_agent(name, nixl_agent_config(backends=[backend]))
+        if backend not in self._agent.backends:
+            raise TransferError(f"NIXL backend {backend!r} unavailable")
+        self._regs = [self._nixl("register_memory", t, None, [backend])
+                      for t in self._tensors.values()]
+        self._peers: dict[str, PeerHandle] = {}
+        self._live: list[TransferHandle] = []
+        self._closed = False
+        logger.info("endpoint %s registered %s", name, sorted(self._infos))
+
+    def __enter__(self) -> TransferEndpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def blob(self) -> EndpointBlob:
+        """What a peer needs to ``connect`` to this endpoint."""
+        self._check_open()
+        return EndpointBlob(self.name, self._nixl("get_agent_metadata"), dict(self._infos))
+
+    def connect(self, peer: EndpointBlob) -> PeerHandle:
+        """Load the peer's agent metadata after checking shared buffers' layouts agree."""
+        self._check_open()
+        for name, remote in peer.buffers.items():
+            if name in self._infos:
+                self._infos[name].check_compatible(remote)
+        old = self._peers.get(peer.agent_name)
+        if old is not None and old.blob.agent_metadata == peer.agent_metadata:
+            return old
+        if old is not None:
+            self._nixl("remove_remote_agent", peer.agent_name)
+        loaded = self._nixl("add_remote_agent", peer.agent_metadata)
+        loaded = loaded.decode() if isinstance(loaded, bytes) else loaded
+        if loaded != peer.agent_name:
+            raise TransferError(f"peer metadata names {loaded!r}, blob says {peer.agent_name!r}")
+        handle = PeerHandle(peer.agent_name, peer)
+        self._peers[peer.agent_name] = handle
+        return handle
+
+    def write_pages(self, peer: PeerHandle, requests: list[PageWrite],
+                    notif: bytes = b"") -> TransferHandle:
+        """Post one WRITE moving all ``requests``; ``notif`` (if any) reaches the peer after."""
+        self._check_open()
+        if peer.name not in self._peers:
+            raise TransferError(f"peer {peer.name!r} is not connected")
+        plan = self._plan(peer, requests)
+        local = self._nixl("get_xfer_descs", plan.src, plan.local_mem)
+        remote = self._nixl("get_xfer_descs", plan.dst, plan.remote_mem)
+        xfer = self._nixl("initialize_xfer", "WRITE", local, remote, peer.name, notif)
+        handle = TransferHandle(peer.name, plan.nbytes, len(plan.src), xfer)
+        self._live.append(handle)
+        handle.status = _STATES[self._nixl("transfer", xfer)]
+        return handle
+
+    def _plan(self, peer: PeerHandle, requests: list[PageWrite]) -> _Plan:
+        if not requests:
+            raise TransferError("write_pages needs at least one PageWrite")
+        plan = _Plan()
+        local_mems, remote_mems = set(), set()
+        for req in requests:
+            local, remote = self._pair(peer, req.buffer)
+            local_mems.add(local.mem_type)
+            remote_mems.add(remote.mem_type)
+            for r in page_ranges(local, remote, req):
+                plan.src.append((r.src, r.length, local.device_id))
+                plan.dst.append((r.dst, r.length, remote.device_id))
+                plan.nbytes += r.length
+        if len(local_mems) > 1 or len(remote_mems) > 1:
+            raise TransferError("one write_pages call cannot mix DRAM and VRAM buffers")
+        plan.local_mem, plan.remote_mem = local_mems.pop(), remote_mems.pop()
+        return plan
+
+    def _pair(self, peer: PeerHandle, buffer: str) -> tuple[BufferInfo, BufferInfo]:
+        if buffer not in self._infos:
+            raise TransferError(f"unknown local buffer {buffer!r}; have {sorted(self._infos)}")
+        if buffer not in peer.blob.buffers:
+            raise TransferError(f"peer {peer.name!r} has no buffer {buffer!r}")
+        return self._infos[buffer], peer.blob.buffers[buffer]
+
+    def poll(self, handle: TransferHandle) -> TransferStatus:
+        """Current status of ``handle`` (terminal states are sticky)."""
+        if handle.status is TransferStatus.PENDING and not handle.released:
+            handle.status = _STATES[self._nixl("check_xfer_state", handle.xfer)]
+        return handle.status
+
+    def wait(self, handle: TransferHandle, timeout_s: float = 20.0) -> TransferStatus:
+        """Poll until DONE/FAILED; raises ``TransferError`` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        spin_until = time.monotonic() + 0.01
+        while (status := self.poll(handle)) is TransferStatus.PENDING:
+            now = time.monotonic()
+            if now > deadline:
+                raise TransferError(f"transfer to {handle.peer!r} pending after {timeout_s}s")
+            time.sleep(0 if now < spin_until else 0.001)
+        return status
+
+    def release(self, handle: TransferHandle) -> None:
+        """Free the NIXL request (an in-flight one is cancelled if possible)."""
+        if handle.released:
+            return
+        self._nixl("release_xfer_handle", handle.xfer)
+        handle.released = True
+        self._live = [h for h in self._live if h is not handle]
+
+    def notifications(self) -> list[Notification]:
+        """Drain notifications received since the last call."""
+        self._check_open()
+        notifs = self._nixl("get_new_notifs")
+        return [Notification(peer, tag) for peer, tags in notifs.items() for tag in tags]
+
+    def send_notif(self, peer: PeerHandle, tag: bytes) -> None:
+        """Send a standalone notification (not tied to a transfer)."""
+        self._check_open()
+        self._nixl("send_notif", peer.name, tag)
+
+    def close(self) -> None:
+        """Release live transfers, drop remote agents, deregister memory (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for h in list(self._live):
+            _quietly(self.release, h)
+        for name in list(self._peers):
+            _quietly(self._nixl, "remove_remote_agent", name)
+        for reg in self._regs:
+            _quietly(self._nixl, "deregister_memory", reg, [self.backend])
+        self._peers.clear()
+        self._regs = []
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransferError(f"endpoint {self.name!r} is closed")
+
+    def _nixl(self, method: str, *args: object):
+        with self._lock:
+            try:
+                return getattr(self._agent, method)(*args)
+            except _NIXL_ERRORS as e:
+                raise TransferError(f"NIXL {method} failed on {self.name!r}: {e!r}") from e
+
+
+def _quietly(fn, *args: object) -> None:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - best-effort teardown must not raise
+        logger.warning("transfer teardown %s%r failed: %r", getattr(fn, "__name__", fn), args, e)
+
+
+_STATES = {"DONE": TransferStatus.DONE, "PROC": TransferStatus.PENDING,
+           "ERR": TransferStatus.FAILED}
