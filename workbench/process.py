@@ -37,7 +37,7 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
-@dataclass
+@dataclass(eq=False)
 class ServerProcess:
     """One server: ``argv`` is run with ``{port}`` substituted; health is polled at ``health``."""
 

@@ -1,0 +1,185 @@
+"""OpenAI-compatible HTTP server over one ``Engine``.
+
+Routes: POST /v1/chat/completions (stream or not), GET /v1/models, /health, /metrics.
+Bad input answers 4xx with an OpenAI-style error body and never reaches the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pydantic
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from engine.dsml import ContentDelta, StreamingDSMLDetector, parse_tool_calls, tool_call_id
+from engine.engine import Engine, PromptTooLongError
+from engine.generation import Generation, plan_prompt
+from engine.metrics import Metrics, engine_gauges
+from engine.protocol import ChatCompletionRequest, tool_specs, validation_error_message
+from engine.sequence import FinishReason, SamplingParams
+
+log = logging.getLogger(__name__)
+MODEL_NAME = "tiny-deepseek"
+
+
+def error(status: int, message: str, param: str | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
+                                   "code": status}}, status_code=status)
+
+
+async def parse_request(request: Request) -> ChatCompletionRequest | JSONResponse:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return error(400, f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return error(400, "request body must be a JSON object")
+    try:
+        return ChatCompletionRequest.model_validate(body)
+    except pydantic.ValidationError as exc:
+        return error(400, validation_error_message(exc))
+
+
+def sampling_params(req: ChatCompletionRequest, default_max: int) -> SamplingParams:
+    return SamplingParams(max_tokens=req.max_tokens or default_max,
+                          temperature=req.temperature or 0.0, top_p=req.top_p or 1.0,
+                          seed=req.seed or 0)
+
+
+def finish_reason(gen: Generation, has_calls: bool) -> str:
+    if has_calls:
+        return "tool_calls"
+    return {FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}.get(gen.finish_reason,
+                                                                          "stop")
+
+
+def tool_call_dicts(calls) -> list[dict]:
+    return [{"id": tool_call_id(i, c), "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for i, c in enumerate(calls)]
+
+
+def usage(gen: Generation) -> dict:
+    n = len(gen.tokens)
+    return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
+            "total_tokens": gen.prompt_tokens + n,
+            "prompt_tokens_details": {"cached_tokens": gen.num_cached}}
+
+
+class ChatServer:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.metrics = Metrics()
+        self.app = FastAPI(title="pd-workbench engine")
+        self.app.post("/v1/chat/completions")(self.chat)
+        self.app.get("/v1/models")(self.models)
+        self.app.get("/health")(self.health)
+        self.app.get("/metrics")(self.prometheus)
+
+    async def models(self) -> dict:
+        return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model",
+                                            "owned_by": "pd-workbench", "created": 0}]}
+
+    async def health(self) -> dict:
+        return {"status": "ok"}
+
+    async def prometheus(self) -> PlainTextResponse:
+        return PlainTextResponse(self.metrics.render(engine_gauges(self.engine)))
+
+    def new_generation(self, req: ChatCompletionRequest) -> Generation:
+        messages = req.message_dicts()
+        choice = req.tool_choice
+        if isinstance(choice, pydantic.BaseModel):
+            choice = choice.model_dump()
+        plan = plan_prompt(self.engine, messages, tool_specs(req), choice)
+        params = sampling_params(req, min(256, self.engine.cfg.max_new_tokens))
+        return Generation(self.engine, plan, params).start()
+
+    async def chat(self, request: Request):
+        req = await parse_request(request)
+        if isinstance(req, JSONResponse):
+            self.metrics.inc("requests_total", status="400")
+            return req
+        try:
+            gen = self.new_generation(req)
+        except (PromptTooLongError, ValueError) as exc:
+            self.metrics.inc("requests_total", status="400")
+            return error(400, str(exc), "messages")
+        self.metrics.inc("requests_total", status="200")
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            return StreamingResponse(self.stream(gen, request, include_usage),
+                                     media_type="text/event-stream")
+        return await self.complete(gen, request)
+
+    async def complete(self, gen: Generation, request: Request) -> JSONResponse:
+        watcher = asyncio.create_task(self._watch_disconnect(gen, request))
+        try:
+            async for _ in gen.events():
+                pass
+        finally:
+            watcher.cancel()
+        text = gen.plan.forced_prefix + "".join(gen.text_of(t) for t in gen.tokens)
+        parsed = parse_tool_calls(text, gen.plan.tools or None)
+        self._count_leak(parsed.leaked)
+        message = {"role": "assistant", "content": parsed.content or None,
+                   "tool_calls": tool_call_dicts(parsed.calls) or None}
+        return JSONResponse({
+            "id": f"chatcmpl-{gen.rid}", "object": "chat.completion", "created": int(gen.created),
+            "model": MODEL_NAME, "usage": usage(gen),
+            "choices": [{"index": 0, "message": message, "dsml_leaked": parsed.leaked,
+                         "finish_reason": finish_reason(gen, bool(parsed.calls))}]})
+
+    async def _watch_disconnect(self, gen: Generation, request: Request) -> None:
+        while gen.finish_reason is None:
+            if await request.is_disconnected():
+                self.engine.abort(gen.rid)
+                return
+            await asyncio.sleep(0.05)
+
+    def _count_leak(self, leaked: bool) -> None:
+        self.metrics.inc("responses_total", dsml_leaked=str(leaked).lower())
+
+    async def stream(self, gen: Generation, request: Request, include_usage: bool):
+        det = StreamingDSMLDetector(gen.plan.tools or None)
+        base = {"id": f"chatcmpl-{gen.rid}", "object": "chat.completion.chunk",
+                "created": int(gen.created), "model": MODEL_NAME}
+
+        def chunk(delta: dict, finish: str | None = None, **extra) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, **extra}
+            return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        pending = [gen.plan.forced_prefix] if gen.plan.forced_prefix else []
+        async for ev in gen.events():
+            pending.append(gen.text_of(ev.token))
+            for d in det.feed("".join(pending)):
+                yield chunk(self._delta(d))
+            pending = []
+        for d in det.finish():
+            yield chunk(self._delta(d))
+        self._count_leak(det.leaked)
+        yield chunk({}, finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
+        if include_usage:
+            yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage(gen)})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    @staticmethod
+    def _delta(ev) -> dict:
+        if isinstance(ev, ContentDelta):
+            return {"content": ev.text}
+        fn = {"arguments": ev.arguments}
+        call = {"index": ev.index, "function": fn}
+        if ev.name is not None:
+            fn["name"] = ev.name
+            call.update(id=ev.id, type="function")
+        return {"tool_calls": [call]}
+
+
+def create_app(engine: Engine) -> FastAPI:
+    return ChatServer(engine).app
+

@@ -1,0 +1,111 @@
+"""The OpenAI-compatible server as a real subprocess, driven over HTTP and by the openai SDK."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from engine.datagen import make_transcript
+from engine.train import EVAL_SEED_BASE
+from workbench.process import ServerProcess, python_module
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess("engine", python_module("engine", "serve", "--port", "{port}"),
+                        tmp_path_factory.mktemp("logs"))
+    srv.start()
+    try:
+        srv.wait_healthy(timeout=120)
+        yield srv
+    finally:
+        srv.stop()
+
+
+def agentic_case(i: int = 3):
+    tr = make_transcript(EVAL_SEED_BASE + i)
+    return tr, tr.messages(upto_round=0), [t.to_openai() for t in tr.tools]
+
+
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+
+def test_sdk_non_streaming_gets_structured_tool_calls(server):
+    tr, messages, tools = agentic_case()
+    resp = client(server).chat.completions.create(model="tiny-deepseek", messages=messages,
+                                                  tools=tools, max_tokens=160)
+    choice = resp.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.function.name == tr.rounds[0].call.name
+    assert json.loads(call.function.arguments).keys() == tr.rounds[0].call.arguments.keys()
+    assert choice.model_extra["dsml_leaked"] is False
+    assert resp.usage.prompt_tokens > 100
+
+
+def test_sdk_streaming_assembles_the_same_call(server):
+    _, messages, tools = agentic_case()
+    sdk = client(server)
+    full = sdk.chat.completions.create(model="tiny-deepseek", messages=messages, tools=tools,
+                                       max_tokens=160)
+    name, args, finish = "", "", None
+    for chunk in sdk.chat.completions.create(model="tiny-deepseek", messages=messages,
+                                             tools=tools, max_tokens=160, stream=True):
+        for tc in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            name += tc.function.name or ""
+            args += tc.function.arguments or ""
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    want = full.choices[0].message.tool_calls[0].function
+    assert (name, args, finish) == (want.name, want.arguments, "tool_calls")
+
+
+def test_multi_turn_conversation_with_tool_result(server):
+    tr, messages, tools = agentic_case()
+    sdk = client(server)
+    first = sdk.chat.completions.create(model="m", messages=messages, tools=tools, max_tokens=160)
+    call = first.choices[0].message.tool_calls[0]
+    messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                 {"role": "tool", "tool_call_id": call.id, "content": tr.rounds[0].result}]
+    second = sdk.chat.completions.create(model="m", messages=messages, tools=tools, max_tokens=80)
+    assert tr.rounds[0].result in (second.choices[0].message.content or "")
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+
+
+BAD_BODIES = [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (json.dumps({"messages": []}).encode(), "messages"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "bogus": 1}).encode(), "bogus"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -3}).encode(),
+     "max_tokens"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**9}).encode(),
+     "max_tokens"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                 "tools": [{"type": "function", "function": {"name": "bad name!"}}]}).encode(),
+     "tools"),
+    (json.dumps({"messages": [{"role": "user", "content": "x" * 5000}]}).encode(), "prompt"),
+    (json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}).encode(),
+     "temperature"),
+]
+
+
+@pytest.mark.parametrize("body,needle", BAD_BODIES)
+def test_bad_input_is_a_clear_4xx_and_server_keeps_serving(server, body, needle):
+    r = httpx.post(server.url + "/v1/chat/completions", content=body,
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert 400 <= r.status_code < 500
+    assert needle in r.json()["error"]["message"]
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+
+
+def test_models_and_metrics(server):
+    assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "tiny-deepseek"
+    text = httpx.get(server.url + "/metrics").text
+    assert "pdwb_free_pages" in text and "pdwb_requests_total" in text
