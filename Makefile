@@ -21,7 +21,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench
 
 demo: $(STAMP)
-	$(PY) -m engine.demo
+	$(PY) -m workbench.demo
 
 bench: $(STAMP)
 	$(PY) -m bench

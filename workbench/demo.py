@@ -1,0 +1,68 @@
+"""``make demo``: start the engine on the shipped model and run an agentic tool-call conversation.
+
+The tools "execute" deterministically (a seeded result), so the run is replayable by ``--seed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import openai
+
+from engine.datagen import make_transcript
+from engine.train import EVAL_SEED_BASE
+from workbench.process import ServerProcess, python_module
+
+log = logging.getLogger("workbench.demo")
+
+
+def run_conversation(base_url: str, seed: int) -> list[dict]:
+    """Plays every round of a held-out transcript through the server; returns the messages."""
+    tr = make_transcript(EVAL_SEED_BASE + seed)
+    tools = [t.to_openai() for t in tr.tools]
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="none", max_retries=0)
+    messages: list[dict] = tr.messages()[:1]
+    for rnd in tr.rounds:
+        messages.append({"role": "user", "content": rnd.ask})
+        log.info("user: %s", rnd.ask)
+        reply = client.chat.completions.create(model="tiny-deepseek", messages=messages,
+                                               tools=tools, max_tokens=160).choices[0]
+        calls = reply.message.tool_calls or []
+        if not calls:
+            log.warning("no tool call (dsml_leaked=%s): %r", reply.model_extra.get("dsml_leaked"),
+                        reply.message.content)
+            break
+        fn = calls[0].function
+        log.info("tool call: %s(%s)  expected %s(%s)", fn.name, fn.arguments, rnd.call.name,
+                 json.dumps(rnd.call.arguments))
+        messages += [{"role": "assistant", "content": None,
+                      "tool_calls": [c.model_dump() for c in calls]},
+                     {"role": "tool", "tool_call_id": calls[0].id, "content": rnd.result}]
+        final = client.chat.completions.create(model="tiny-deepseek", messages=messages,
+                                               tools=tools, max_tokens=80).choices[0]
+        log.info("assistant: %s", final.message.content)
+        messages.append({"role": "assistant", "content": final.message.content})
+    return messages
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()) / "pdwb-demo")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    srv = ServerProcess("engine", python_module("engine", "serve", "--port", "{port}"),
+                        args.log_dir).start()
+    try:
+        srv.wait_healthy()
+        run_conversation(srv.url, args.seed)
+    finally:
+        srv.stop()
+
+
+if __name__ == "__main__":
+    main()
