@@ -25,7 +25,8 @@ class ToolSpec:
     def from_openai(cls, tool: dict) -> ToolSpec:
         fn = tool["function"]
         props = (fn.get("parameters") or {}).get("properties") or {}
-        params = tuple((k, SCHEMA_TYPES.get(v.get("type", "string"), "str")) for k, v in props.items())
+        params = tuple((k, SCHEMA_TYPES.get(v.get("type", "string"), "str"))
+                       for k, v in props.items())
         return cls(name=fn["name"], params=params)
 
     def to_openai(self) -> dict:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+from engine.faults import FaultConfig
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp32")
 KV_DTYPES = ("fp32", "bf16")
@@ -91,8 +93,20 @@ class EngineConfig:
     prefix_cache: bool = True
     batch_invariant: bool = True
     threads: int = 0
+    patches: frozenset[str] = frozenset()
+    hicache: bool = False
+    hicache_host_pages: int = 4096
+    hicache_offload_on_finish: bool = False
+    faults: FaultConfig = field(default_factory=FaultConfig)
 
     def __post_init__(self) -> None:
+        from engine.patches import PatchSet
+
+        object.__setattr__(self, "patches", PatchSet.parse(self.patches).enabled)
+        if isinstance(self.faults, dict):
+            object.__setattr__(self, "faults", _from_dict(FaultConfig, self.faults))
+        if "bf16_index_k" in self.patches:
+            object.__setattr__(self, "index_k_dtype", "bf16")
         _check_choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _check_choice("index_k_dtype", self.index_k_dtype, INDEX_K_DTYPES)
         for name in ("page_size", "num_pages", "max_batch_tokens", "chunk_size", "max_running",
@@ -107,4 +121,17 @@ class EngineConfig:
         return _from_dict(cls, data)
 
     def replace(self, **changes) -> EngineConfig:
-        return _from_dict(type(self), {**asdict(self), **changes})
+        current = {f.name: getattr(self, f.name) for f in fields(self)}
+        return _from_dict(type(self), {**current, **changes})
+
+    def has(self, patch: str) -> bool:
+        """True when patch variant ``patch`` (a registered name) is enabled."""
+        from engine.patches import PATCHES
+
+        PATCHES.get(patch)
+        return patch in self.patches
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["patches"] = sorted(self.patches)
+        return out

@@ -22,14 +22,16 @@ TOPICS = ["jazz", "chess", "rust", "tides", "bees", "opera", "ramen", "yoga", "m
 
 # name -> (params with kinds, ask templates). Kinds: city/name/item/cur/topic (str), n (int).
 TOOL_POOL: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
-    "get_weather": ((("city", "city"),), ("What's the weather in {city}?", "Is it cold in {city}?")),
+    "get_weather": ((("city", "city"),),
+                    ("What's the weather in {city}?", "Is it cold in {city}?")),
     "get_time": ((("city", "city"),), ("What time is it in {city}?",)),
     "convert": ((("amount", "n"), ("src", "cur"), ("dst", "cur")),
                 ("Convert {amount} {src} to {dst}.", "How much is {amount} {src} in {dst}?")),
     "send_email": ((("to", "name"), ("subject", "topic")),
                    ("Email {to} about {subject}.", "Send {to} a note on {subject}.")),
     "book_table": ((("city", "city"), ("people", "n")),
-                   ("Book a table in {city} for {people}.", "Reserve dinner for {people} in {city}.")),
+                   ("Book a table in {city} for {people}.",
+                    "Reserve dinner for {people} in {city}.")),
     "search_web": ((("query", "topic"),), ("Search the web for {query}.", "Look up {query}.")),
     "add_todo": ((("task", "item"), ("priority", "n")),
                  ("Add a todo: buy {task}, priority {priority}.",)),
@@ -44,7 +46,8 @@ TOOL_POOL: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "get_news": ((("topic", "topic"),), ("Any news about {topic}?",)),
     "rate_movie": ((("title", "topic"), ("stars", "n")), ("Rate the film {title} {stars} stars.",)),
     "pay_bill": ((("payee", "name"), ("amount", "n")), ("Pay {payee} {amount} dollars.",)),
-    "get_route": ((("city", "city"), ("stops", "n")), ("Plan a route in {city} with {stops} stops.",)),
+    "get_route": ((("city", "city"), ("stops", "n")),
+                  ("Plan a route in {city} with {stops} stops.",)),
     "lookup_user": ((("name", "name"),), ("Who is {name}?", "Look up the user {name}.")),
     "play_music": ((("genre", "topic"),), ("Play some {genre}.",)),
     "ship_parcel": ((("item", "item"), ("city", "city")), ("Ship the {item} to {city}.",)),

@@ -17,6 +17,8 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig
+from engine.faults import FaultInjector
+from engine.hicache import HiRadixCache
 from engine.kv_pool import KVPool, PageAllocator
 from engine.model import TinyDeepSeek, load_model
 from engine.model_runner import ModelRunner, StepOutput
@@ -51,7 +53,8 @@ class Engine:
         self.model = (model or load_model(Path(cfg.model_dir) / "model.safetensors")).to(cfg.device)
         self.pool = KVPool.create(self.model.cfg, cfg)
         self.allocator = PageAllocator(cfg.num_pages)
-        self.cache = RadixCache(self.allocator, cfg.page_size) if cfg.prefix_cache else None
+        self.faults = FaultInjector(cfg.faults)
+        self.cache = self._make_cache() if cfg.prefix_cache else None
         self.scheduler = Scheduler(cfg, self.allocator, self.cache)
         self.runner = ModelRunner(self.model, self.pool, cfg)
         self.stats = EngineStats()
@@ -59,6 +62,12 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _make_cache(self) -> RadixCache:
+        if self.cfg.hicache:
+            return HiRadixCache(self.allocator, self.pool, self.cfg.hicache_host_pages,
+                                self.faults)
+        return RadixCache(self.allocator, self.cfg.page_size)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:
         limit = min(self.cfg.max_prompt_tokens, self.model.cfg.max_seq_len - max_tokens)

@@ -82,7 +82,8 @@ class Generation:
                 self.finish_reason = FinishReason.ABORT
 
     def text_of(self, token: int) -> str:
-        return "" if token == self.engine.tokenizer.eos_id else self.engine.tokenizer.token_text(token)
+        tk = self.engine.tokenizer
+        return "" if token == tk.eos_id else tk.token_text(token)
 
     @property
     def prompt_tokens(self) -> int:

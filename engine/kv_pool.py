@@ -9,6 +9,7 @@ A token at logical position p of a request lives at page ``page_table[p // S]``,
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -24,15 +25,17 @@ class OutOfPagesError(RuntimeError):
 
 
 class PageAllocator:
-    """Free list with reference counts; page ids are ``0..num_pages-1``.
+    """FIFO free list with reference counts; page ids are ``0..num_pages-1``.
 
     Invariant: a page is free iff its refcount is 0; ``free`` of a page at refcount 0 raises.
+    FIFO reuse (oldest freed first) is what a busy server sees: a new owner's pages hold some
+    earlier request's data, so a read-before-write reads plausible but wrong values.
     """
 
     def __init__(self, num_pages: int) -> None:
         self.num_pages = num_pages
         self.refcount = [0] * num_pages
-        self._free = list(range(num_pages - 1, -1, -1))
+        self._free: deque[int] = deque(range(num_pages))
 
     @property
     def num_free(self) -> int:
@@ -41,7 +44,7 @@ class PageAllocator:
     def alloc(self, n: int) -> list[int]:
         if n > len(self._free):
             raise OutOfPagesError(f"need {n} pages, {len(self._free)} free")
-        pages = [self._free.pop() for _ in range(n)]
+        pages = [self._free.popleft() for _ in range(n)]
         for p in pages:
             self.refcount[p] = 1
         return pages

@@ -94,12 +94,24 @@ class ModelRunner:
             self.pool.write_index_k(li, inp.slots, qk.values, qk.scale)
             if self.before_layer is not None:
                 self.before_layer(li, batch)
+            jobs = [j for it in batch.items for j in it.seq.load_jobs if not j.done]
+            self._gate(jobs, li, index_path=True)
             topk = k.indexer_topk(a.qi, a.w, self.pool.index_k[li], self.pool.index_k_scale[li],
                                   inp.page_table, inp.seq_lens, m.cfg.index_topk)
+            self._gate(jobs, li, index_path=False)
             o = k.sparse_attention(a.q, self.pool.k[li], self.pool.v[li], inp.page_table, topk,
                                    m.cfg.head_dim ** -0.5)
             x = layers.finish_layer(m, layer, x, o, bi)
         return layers.logits(m, x[inp.sample_rows], bi)
+
+    def _gate(self, jobs: list, layer: int, index_path: bool) -> None:
+        """Per-layer HiCache wait. The index-K read waits too unless the no-wait patch is on."""
+        skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
+        for job in jobs:
+            if index_path and skip_index_wait:
+                job.note_read(layer)
+            elif index_path or skip_index_wait:
+                job.wait(layer)
 
     def run(self, batch: Batch) -> StepOutput:
         logits = self.forward(batch)

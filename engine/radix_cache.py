@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 from engine.kv_pool import PageAllocator
 
 
-@dataclass
+@dataclass(eq=False)
 class _Node:
-    page: int
+    page: int | None  # device page; None while the page lives only in the host tier
     parent: _Node | None
     key: tuple[int, ...]
     children: dict[tuple[int, ...], _Node] = field(default_factory=dict)
     last_access: int = 0
+    host_page: int | None = None
+    job: object | None = None  # HiCache LoadJob that is filling ``page``
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class PrefixMatch:
 
     pages: tuple[int, ...]
     num_tokens: int
+    jobs: tuple = ()  # HiCache load jobs the caller must wait on per layer before reading
 
 
 class RadixCache:
@@ -65,11 +68,13 @@ class RadixCache:
         Pages already present keep the tree's copy; the caller keeps its own references either way.
         """
         node, added, now = self.root, 0, next(self._clock)
-        for key, page in zip(self._chunks(tokens), pages):
+        for key, page in zip(self._chunks(tokens), pages, strict=False):
             child = node.children.get(key)
             if child is None:
-                child = _Node(page=page, parent=node, key=key)
+                child = _Node(page=None, parent=node, key=key)
                 node.children[key] = child
+            if child.page is None:
+                child.page = page
                 self.alloc.share([page])
                 added += 1
             child.last_access = now
@@ -81,7 +86,8 @@ class RadixCache:
         """Frees up to ``num_pages`` least-recently-used evictable leaves; returns pages freed."""
         freed = 0
         while freed < num_pages:
-            leaves = [n for n in self._nodes() if not n.children and self.alloc.refcount[n.page] == 1]
+            leaves = [n for n in self._nodes()
+                      if not n.children and self.alloc.refcount[n.page] == 1]
             if not leaves:
                 break
             for leaf in sorted(leaves, key=lambda n: n.last_access)[: num_pages - freed]:

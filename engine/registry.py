@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 V = TypeVar("V")
 

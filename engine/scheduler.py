@@ -75,6 +75,7 @@ class Scheduler:
             self.alloc.free(cached)
             return False
         seq.pages = cached + self.alloc.alloc(need)
+        seq.load_jobs = match.jobs if match else ()
         seq.num_computed = seq.num_cached = len(cached) * S
         seq.status = Status.RUNNING
         return True
@@ -111,3 +112,5 @@ class Scheduler:
             self.cache.insert(seq.tokens[: seq.num_computed], seq.pages)
         self.alloc.free(seq.pages)
         seq.pages = []
+        if self.cache is not None and self.cfg.hicache_offload_on_finish:
+            self.cache.evict(self.cache.num_pages)

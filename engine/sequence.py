@@ -63,6 +63,7 @@ class Sequence:
     finish_reason: FinishReason | None = None
     arrival: float = field(default_factory=time.monotonic)
     generator: torch.Generator | None = None
+    load_jobs: tuple = ()  # HiCache LoadJobs filling some of ``pages``
 
     @property
     def tokens(self) -> list[int]:

@@ -24,7 +24,8 @@ def small_engine(**kw) -> Engine:
     model = TinyDeepSeek(SMALL).eval()
     for p in model.parameters():  # larger weights make the random model's choices less tied
         p.data.mul_(8.0 if p.dim() == 2 else 1.0)
-    cfg = EngineConfig(page_size=4, num_pages=256, max_batch_tokens=48, chunk_size=16, **kw)
+    opts = {"page_size": 4, "num_pages": 256, "max_batch_tokens": 48, "chunk_size": 16, **kw}
+    cfg = EngineConfig(**opts)
     return Engine(cfg, model=model)
 
 
@@ -76,7 +77,7 @@ def test_engine_matches_reference_under_concurrency():
     seqs += [eng.submit(Sequence(f"r{i}", p, SamplingParams(max_tokens=12)))
              for i, p in enumerate(ps[1:], 1)]
     eng.run_until_idle()
-    for p, seq in zip(ps, seqs):
+    for p, seq in zip(ps, seqs, strict=True):
         assert seq.output == ref.generate(p, 12, eng.tokenizer.eos_id)[: len(seq.output)]
         assert len(seq.output) == 12 or seq.output[-1] == eng.tokenizer.eos_id
     assert sum(s.num_cached for s in seqs) > 0, "shared prefix should hit the radix cache"
@@ -128,3 +129,34 @@ def test_storage_dtypes_match_reference(dtypes):
     ref = Reference(eng.model, eng.cfg)
     p = prompts(1, seed=3)[0]
     assert eng.generate(p, SamplingParams(max_tokens=8)) == ref.generate(p, 8, eng.tokenizer.eos_id)
+
+
+def hicache_engine(patches: str = "", **faults) -> Engine:
+    return small_engine(hicache=True, hicache_offload_on_finish=True, patches=patches,
+                        num_pages=40, faults={"seed": 1, **faults})
+
+
+def two_turns(eng: Engine, seed: int = 11) -> tuple[list[int], list[int]]:
+    """Turn 1, then turn 2 extending turn 1's tokens (its prefix comes back from host memory)."""
+    first = prompts(1, seed=seed)[0]
+    out1 = eng.generate(first, SamplingParams(max_tokens=6))
+    second = first + out1 + [7, 8, 9, 10, 11, 12, 13]
+    for p in prompts(4, seed=seed + 1):  # churn pages so stale data is foreign
+        eng.generate(p, SamplingParams(max_tokens=3))
+    return second, eng.generate(second, SamplingParams(max_tokens=8))
+
+
+def test_hicache_load_back_matches_reference():
+    eng = hicache_engine(hicache_ns_per_byte=200.0)
+    second, out = two_turns(eng)
+    assert eng.cache.loads >= 1
+    assert out == Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)
+
+
+def test_hicache_no_wait_patch_reads_index_k_before_load():
+    eng = hicache_engine("hicache_index_k_no_wait", hicache_ns_per_byte=20000.0)
+    second, out = two_turns(eng)
+    assert eng.cache.loads >= 1
+    stale = sum(len(j.stale_reads) for j in eng.cache.loader.history)
+    assert stale > 0
+    assert out != Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)

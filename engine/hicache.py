@@ -1,0 +1,189 @@
+"""HiCache: a host-memory tier under the radix cache, with layer-wise load-back.
+
+Eviction backs a device page up to host memory and keeps its radix node; a later prefix match
+allocates fresh device pages and queues a ``LoadJob`` that copies them back layer by layer
+(index-K first, then K/V) on a loader thread. ``LoadJob.done_layers`` is the per-layer done
+counter: a reader of layer i must call ``wait(i)`` before reading that layer of the loaded pages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.faults import FaultInjector
+from engine.kv_pool import KVPool, OutOfPagesError, PageAllocator
+from engine.radix_cache import PrefixMatch, RadixCache, _Node
+
+log = logging.getLogger(__name__)
+_job_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class LoadJob:
+    """Host->device copy of ``host_pages[i] -> device_pages[i]`` for every layer."""
+
+    host_pages: list[int]
+    device_pages: list[int]
+    num_layers: int
+    job_id: int = field(default_factory=lambda: next(_job_ids))
+    done_layers: int = 0
+    stale_reads: list[int] = field(default_factory=list)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+
+    @property
+    def done(self) -> bool:
+        return self.done_layers >= self.num_layers
+
+    def wait(self, layer: int, timeout: float = 30.0) -> None:
+        """Blocks until layer ``layer`` of every page has landed."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.done_layers > layer, timeout=timeout):
+                raise TimeoutError(f"load job {self.job_id} layer {layer} not done in {timeout}s")
+
+    def note_read(self, layer: int) -> None:
+        """Records a read of ``layer`` that happened before its load finished (race evidence)."""
+        if self.done_layers <= layer:
+            self.stale_reads.append(layer)
+
+    def _advance(self) -> None:
+        with self.cond:
+            self.done_layers += 1
+            self.cond.notify_all()
+
+
+class HostPool:
+    """Host copies of pages, same per-page layout as the device ``KVPool``."""
+
+    def __init__(self, device_pool: KVPool, num_pages: int) -> None:
+        pin = device_pool.k.device.type != "cpu"
+        self.buffers = {name: torch.zeros((t.shape[0], num_pages, *t.shape[2:]), dtype=t.dtype,
+                                          pin_memory=pin)
+                        for name, t in device_pool.buffers().items()}
+        self.alloc = PageAllocator(num_pages)
+
+
+class Loader:
+    """One background thread that runs load jobs in FIFO order with injected copy delays."""
+
+    def __init__(self, pool: KVPool, host: HostPool, faults: FaultInjector) -> None:
+        self.pool, self.host, self.faults = pool, host, faults
+        self.jobs: queue.Queue[LoadJob] = queue.Queue()
+        self.history: deque[LoadJob] = deque(maxlen=1024)
+        self.thread = threading.Thread(target=self._loop, name="hicache-loader", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: LoadJob) -> LoadJob:
+        self.history.append(job)
+        self.jobs.put(job)
+        return job
+
+    def _copy(self, job: LoadJob, layer: int, names: tuple[str, ...]) -> None:
+        dev = self.pool.buffers()
+        src = torch.tensor(job.host_pages)
+        dst = torch.tensor(job.device_pages, device=dev[names[0]].device)
+        nbytes = sum(dev[n][layer, 0].numel() * dev[n].element_size() for n in names)
+        self.faults.sleep(self.faults.hicache_delay((job.job_id, layer, names[0]),
+                                                    nbytes * len(job.host_pages)))
+        for n in names:
+            dev[n][layer, dst] = self.host.buffers[n][layer, src].to(dev[n].device)
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            t0 = time.perf_counter()
+            for layer in range(job.num_layers):
+                self._copy(job, layer, ("index_k", "index_k_scale"))
+                self._copy(job, layer, ("k", "v"))
+                job._advance()
+            log.debug("load job %d: %d pages in %.1f ms", job.job_id, len(job.host_pages),
+                      (time.perf_counter() - t0) * 1e3)
+
+
+class HiRadixCache(RadixCache):
+    """Radix cache whose evicted pages move to host memory and load back on a match."""
+
+    def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
+                 faults: FaultInjector) -> None:
+        super().__init__(allocator, pool.page_size)
+        self.pool = pool
+        self.host = HostPool(pool, host_pages)
+        self.loader = Loader(pool, self.host, faults)
+        self.num_layers = pool.k.shape[0]
+        self.loads = 0
+
+    def match(self, tokens: list[int], max_tokens: int | None = None) -> PrefixMatch:
+        path = self._walk(tokens, max_tokens)
+        resident = [n for n in path if n.page is not None]
+        self.alloc.share([n.page for n in resident])
+        missing = [n for n in path if n.page is None]
+        jobs = tuple({n.job for n in resident if n.job is not None and not n.job.done})
+        if missing:
+            try:
+                fresh = self.alloc.alloc(len(missing))
+            except OutOfPagesError:
+                self.evict(len(missing) - self.alloc.num_free)
+                enough = self.alloc.num_free >= len(missing)
+                fresh = self.alloc.alloc(len(missing)) if enough else []
+            if len(fresh) < len(missing):
+                return self._truncate(path, resident, missing, jobs)
+            job = self._load(missing, fresh)
+            jobs = jobs + (job,)
+        return PrefixMatch(tuple(n.page for n in path), len(path) * self.page_size, jobs)
+
+    def _walk(self, tokens: list[int], max_tokens: int | None) -> list[_Node]:
+        node, path, now = self.root, [], next(self._clock)
+        limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
+        for key in self._chunks(tokens[:limit]):
+            node = node.children.get(key)
+            if node is None:
+                break
+            node.last_access = now
+            path.append(node)
+        return path
+
+    def _truncate(self, path, resident, missing, jobs) -> PrefixMatch:
+        cut = path.index(missing[0])
+        self.alloc.free([n.page for n in path[cut:] if n.page is not None])
+        pages = tuple(n.page for n in path[:cut])
+        return PrefixMatch(pages, len(pages) * self.page_size, jobs)
+
+    def _load(self, nodes: list[_Node], fresh: list[int]) -> LoadJob:
+        job = LoadJob([n.host_page for n in nodes], fresh, self.num_layers)
+        for n, page in zip(nodes, fresh, strict=True):
+            n.page, n.job = page, job
+        self.alloc.share(fresh)  # the tree's own reference; the caller keeps the alloc one
+        self.num_pages += len(fresh)
+        self.loads += 1
+        return self.loader.submit(job)
+
+    def evict(self, num_pages: int) -> int:
+        """Moves up to ``num_pages`` LRU device pages held only by the tree to host memory."""
+        victims = sorted((n for n in self._nodes() if n.page is not None
+                          and self.alloc.refcount[n.page] == 1
+                          and (n.job is None or n.job.done)),
+                         key=lambda n: n.last_access)[:num_pages]
+        moved = 0
+        for node in victims:
+            if node.host_page is None and not self._backup(node):
+                break
+            self.alloc.free([node.page])
+            node.page, node.job = None, None
+            self.num_pages -= 1
+            moved += 1
+        return moved
+
+    def _backup(self, node: _Node) -> bool:
+        if self.host.alloc.num_free == 0:
+            return False
+        node.host_page = self.host.alloc.alloc(1)[0]
+        for name, t in self.pool.buffers().items():
+            self.host.buffers[name][:, node.host_page] = t[:, node.page].to("cpu")
+        return True
