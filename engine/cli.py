@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 
 from engine.config import ConfigError, EngineConfig
 
@@ -26,22 +27,47 @@ def parse_overrides(pairs: list[str]) -> dict:
 def serve(argv: list[str]) -> None:
     import uvicorn
 
-    from engine.engine import Engine
-    from engine.server import create_app
-
     ap = argparse.ArgumentParser(prog="engine serve")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--role", choices=["single", "prefill", "decode"], default="single")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="EngineConfig overrides, e.g. index_k_dtype=bf16 kernels=triton")
+                    help="EngineConfig overrides, e.g. index_k_dtype=bf16 patches=a,b "
+                         'faults=\'{"seed": 1}\'')
+    ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
+    ap.add_argument("--max-transfer-queue", type=int, default=32)
+    ap.add_argument("--waiting-timeout-s", type=float, default=30.0)
     args = ap.parse_args(argv)
     cfg = EngineConfig.from_dict(parse_overrides(args.set))
-    engine = Engine(cfg)
+    engine, app = build(args, cfg)
     engine.start()
     try:
-        uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         engine.stop()
+
+
+def build(args, cfg: EngineConfig):
+    """The engine and FastAPI app of a role."""
+    name = f"{args.role}-{args.port}"
+    if args.role == "prefill":
+        from engine.disagg.prefill import PrefillEngine
+        from engine.disagg.server import PrefillServer
+
+        engine = PrefillEngine(cfg, name)
+        return engine, PrefillServer(engine, args.debug_token).app
+    if args.role == "decode":
+        from engine.disagg.decode import DecodeEngine
+        from engine.disagg.server import DecodeServer
+
+        engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
+                              waiting_timeout_s=args.waiting_timeout_s)
+        return engine, DecodeServer(engine, args.debug_token).app
+    from engine.engine import Engine
+    from engine.server import create_app
+
+    engine = Engine(cfg)
+    return engine, create_app(engine, args.debug_token)
 
 
 def main(argv: list[str] | None = None) -> None:

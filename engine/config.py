@@ -98,6 +98,7 @@ class EngineConfig:
     hicache_host_pages: int = 4096
     hicache_offload_on_finish: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
+    debug_capture: int = 0
 
     def __post_init__(self) -> None:
         from engine.patches import PatchSet

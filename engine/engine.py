@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.config import EngineConfig
+from engine.debug import CaptureRing, snapshot_buffers
 from engine.faults import FaultInjector
 from engine.hicache import HiRadixCache
 from engine.kv_pool import KVPool, PageAllocator
@@ -62,6 +63,9 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.idle_wait_s = 0.05
+        self.captures = CaptureRing(cfg.debug_capture)
+        self.rid_of_room: dict[int, str] = {}
 
     def _make_cache(self) -> RadixCache:
         if self.cfg.hicache:
@@ -96,12 +100,26 @@ class Engine:
             if op == "add":
                 self.scheduler.add(arg)
                 self.stats.prompt_tokens += len(arg.prompt)
+            elif op == "call":
+                arg()
             else:
-                seq = self.scheduler.find(arg)
-                if seq is not None:
-                    self._finish(seq, FinishReason.ABORT)
+                self._abort(arg)
+
+    def _abort(self, rid: str) -> None:
+        seq = self.scheduler.find(rid)
+        if seq is not None:
+            self._finish(seq, FinishReason.ABORT)
+
+    def call_soon(self, fn) -> None:
+        """Runs ``fn()`` on the engine thread before the next step (thread-safe)."""
+        self._inbox.put(("call", fn))
+        self._wake.set()
+
+    def poll(self) -> None:
+        """Hook run on the engine thread at every step (PD queues override it)."""
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        self.capture(seq)
         self.scheduler.finish(seq, reason)
         self.stats.finished[reason.value] += 1
         seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached))
@@ -109,6 +127,7 @@ class Engine:
     def step(self) -> StepOutput | None:
         """Runs one scheduling step; returns None when there was nothing to run."""
         self._drain_inbox()
+        self.poll()
         batch = self.scheduler.schedule()
         if not batch:
             return None
@@ -158,12 +177,51 @@ class Engine:
                 self._abort_all()
                 ran = None
             if ran is None:
-                self._wake.wait(timeout=0.05)
+                self._wake.wait(timeout=self.idle_wait_s)
                 self._wake.clear()
 
     def _abort_all(self) -> None:
         for seq in [*self.scheduler.running, *self.scheduler.waiting]:
             self._finish(seq, FinishReason.ABORT)
+
+    def capture(self, seq: Sequence) -> None:
+        """Keeps a copy of a finishing request's buffers for later dumps (engine thread)."""
+        if self.captures.size > 0 and seq.pages:
+            self.captures.put(seq.rid, snapshot_buffers(self, seq))
+
+    def dump(self, rid: str) -> dict | None:
+        seq = self.scheduler.find(rid)
+        return snapshot_buffers(self, seq) if seq is not None else self.captures.get(rid)
+
+    def on_loop(self, fn, timeout: float = 30.0):
+        """Runs ``fn`` on the engine thread (or inline when no loop runs) and returns its value."""
+        if self._thread is None or not self._thread.is_alive():
+            return fn()
+        done, box = threading.Event(), {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn()
+            except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = exc
+            done.set()
+        self.call_soon(run)
+        if not done.wait(timeout):
+            raise TimeoutError("engine loop did not answer")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def queue_snapshot(self) -> dict:
+        sched = self.scheduler
+        return {"waiting": [{"rid": s.rid, "prompt": len(s.prompt)} for s in sched.waiting],
+                "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in sched.running]}
+
+    def request_table(self) -> dict:
+        seqs = [*self.scheduler.running, *self.scheduler.waiting]
+        return {"requests": [{"rid": s.rid, "status": s.status.value, "pages": list(s.pages),
+                              "num_computed": s.num_computed, "num_cached": s.num_cached}
+                             for s in seqs]}
 
     def generate(self, prompt: list[int], params) -> list[int]:
         """Synchronous single-request helper (no background thread must be running)."""

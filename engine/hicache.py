@@ -36,6 +36,8 @@ class LoadJob:
     job_id: int = field(default_factory=lambda: next(_job_ids))
     done_layers: int = 0
     stale_reads: list[int] = field(default_factory=list)
+    stale_snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+    rids: set[str] = field(default_factory=set)
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     @property
@@ -48,10 +50,12 @@ class LoadJob:
             if not self.cond.wait_for(lambda: self.done_layers > layer, timeout=timeout):
                 raise TimeoutError(f"load job {self.job_id} layer {layer} not done in {timeout}s")
 
-    def note_read(self, layer: int) -> None:
-        """Records a read of ``layer`` that happened before its load finished (race evidence)."""
+    def note_read(self, layer: int, pool: KVPool) -> None:
+        """Records a read of ``layer`` before its load finished, with the index-K it saw."""
         if self.done_layers <= layer:
             self.stale_reads.append(layer)
+            pages = torch.tensor(self.device_pages)
+            self.stale_snapshots[layer] = pool.index_k[layer, pages].clone()  # [n,S,Di]
 
     def _advance(self) -> None:
         with self.cond:

@@ -109,7 +109,7 @@ class ModelRunner:
         skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
         for job in jobs:
             if index_path and skip_index_wait:
-                job.note_read(layer)
+                job.note_read(layer, self.pool)
             elif index_path or skip_index_wait:
                 job.wait(layer)
 

@@ -163,6 +163,10 @@ class ChatCompletionRequest(_Request):
     n: int = 1
     stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, min_length=1, max_length=4)
+    # PD disaggregation: set by the router on the copies it sends to prefill and decode.
+    bootstrap_host: str | None = None
+    bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
+    bootstrap_room: int | None = Field(default=None, ge=0, lt=2**63)
 
     @field_validator("tool_choice", mode="before")
     @classmethod

@@ -76,6 +76,8 @@ class Scheduler:
             return False
         seq.pages = cached + self.alloc.alloc(need)
         seq.load_jobs = match.jobs if match else ()
+        for job in seq.load_jobs:
+            job.rids.add(seq.rid)
         seq.num_computed = seq.num_cached = len(cached) * S
         seq.status = Status.RUNNING
         return True
@@ -100,14 +102,20 @@ class Scheduler:
                 budget -= n
         return Batch(tuple(items))
 
-    def finish(self, seq: Sequence, reason: FinishReason) -> None:
-        """Releases a sequence's pages (caching its full pages first) and drops it."""
+    def finish(self, seq: Sequence, reason: FinishReason, release: bool = True) -> None:
+        """Drops a sequence; with ``release`` also frees its pages (see ``release``)."""
         seq.status, seq.finish_reason = Status.FINISHED, reason
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
             return
+        if release:
+            self.release(seq)
+
+    def release(self, seq: Sequence) -> None:
+        """Caches a finished sequence's full computed pages (unless aborted), then frees them."""
+        reason = seq.finish_reason
         if self.cache is not None and reason is not FinishReason.ABORT:
             self.cache.insert(seq.tokens[: seq.num_computed], seq.pages)
         self.alloc.free(seq.pages)

@@ -14,9 +14,10 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from engine.debug import add_debug_routes
 from engine.dsml import ContentDelta, StreamingDSMLDetector, parse_tool_calls, tool_call_id
 from engine.engine import Engine, PromptTooLongError
-from engine.generation import Generation, plan_prompt
+from engine.generation import Generation, PromptPlan, plan_prompt
 from engine.metrics import Metrics, engine_gauges
 from engine.protocol import ChatCompletionRequest, tool_specs, validation_error_message
 from engine.sequence import FinishReason, SamplingParams
@@ -71,10 +72,11 @@ def usage(gen: Generation) -> dict:
 
 
 class ChatServer:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, debug_token: str | None = None) -> None:
         self.engine = engine
         self.metrics = Metrics()
         self.app = FastAPI(title="pd-workbench engine")
+        add_debug_routes(self.app, engine, debug_token)
         self.app.post("/v1/chat/completions")(self.chat)
         self.app.get("/v1/models")(self.models)
         self.app.get("/health")(self.health)
@@ -90,14 +92,22 @@ class ChatServer:
     async def prometheus(self) -> PlainTextResponse:
         return PlainTextResponse(self.metrics.render(engine_gauges(self.engine)))
 
-    def new_generation(self, req: ChatCompletionRequest) -> Generation:
-        messages = req.message_dicts()
+    def plan(self, req: ChatCompletionRequest) -> PromptPlan:
         choice = req.tool_choice
         if isinstance(choice, pydantic.BaseModel):
             choice = choice.model_dump()
-        plan = plan_prompt(self.engine, messages, tool_specs(req), choice)
+        return plan_prompt(self.engine, req.message_dicts(), tool_specs(req), choice)
+
+    def new_generation(self, req: ChatCompletionRequest) -> Generation:
         params = sampling_params(req, min(256, self.engine.cfg.max_new_tokens))
-        return Generation(self.engine, plan, params).start()
+        room = req.bootstrap_room
+        gen = Generation(self.engine, self.plan(req), params,
+                         rid=None if room is None else f"room-{room}")
+        return self.start_generation(gen, req)
+
+    def start_generation(self, gen: Generation, req: ChatCompletionRequest) -> Generation:
+        """Hands the generation to the engine (the decode role overrides this)."""
+        return gen.start()
 
     async def chat(self, request: Request):
         req = await parse_request(request)
@@ -180,6 +190,6 @@ class ChatServer:
         return {"tool_calls": [call]}
 
 
-def create_app(engine: Engine) -> FastAPI:
-    return ChatServer(engine).app
+def create_app(engine: Engine, debug_token: str | None = None) -> FastAPI:
+    return ChatServer(engine, debug_token).app
 

@@ -1,0 +1,132 @@
+"""Debug endpoints: loopback-only and token-protected views into queues, transfers and buffers.
+
+Buffer dumps are safetensors blobs of a request's pages in logical token order:
+``tokens [T]``, ``layer{i}.k|v [T,H,D]``, ``layer{i}.index_k [T,Di]`` (storage dtype),
+``layer{i}.index_k_scale [T]`` and ``layer{i}.index_k_f32 [T,Di]`` (dequantized).
+Finished requests stay dumpable from a bounded capture ring (``debug_capture`` entries).
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from collections import OrderedDict
+
+import torch
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import Response
+from safetensors.torch import save as st_save
+
+from engine.kernels import get_kernels
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
+
+
+def snapshot_buffers(engine, seq) -> dict[str, torch.Tensor]:
+    """Copies the computed positions of ``seq`` out of the pools (engine thread)."""
+    pool, S = engine.pool, engine.pool.page_size
+    T = seq.num_computed
+    pos = torch.arange(T)
+    slots = torch.tensor(seq.pages, dtype=torch.long)[pos // S] * S + pos % S if T else pos
+    deq = get_kernels("torch").dequantize_index_k
+    out = {"tokens": torch.tensor(seq.tokens[:T], dtype=torch.int64),
+           "pages": torch.tensor(seq.pages, dtype=torch.int64)}
+    for li in range(pool.k.shape[0]):
+        flat = {n: t[li].reshape(-1, *t.shape[3:]) for n, t in pool.buffers().items()}
+        for name, t in flat.items():
+            out[f"layer{li}.{name}"] = t[slots].clone()
+        out[f"layer{li}.index_k_f32"] = deq(out[f"layer{li}.index_k"],
+                                            out[f"layer{li}.index_k_scale"])
+    return out
+
+
+class CaptureRing:
+    """The last ``size`` captured request dumps, by request id (and room when known)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, rid: str, tensors: dict[str, torch.Tensor]) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._items[rid] = tensors
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def get(self, rid: str) -> dict[str, torch.Tensor] | None:
+        with self._lock:
+            return self._items.get(rid)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+
+def check_access(request: Request, token: str | None) -> None:
+    host = request.client.host if request.client else ""
+    if host not in LOOPBACK:
+        raise HTTPException(403, f"debug endpoints are loopback-only (caller {host})")
+    given = request.headers.get("x-debug-token", "")
+    if token and not hmac.compare_digest(given, token):
+        raise HTTPException(401, "missing or wrong X-Debug-Token")
+
+
+def add_debug_routes(app: FastAPI, engine, token: str | None) -> None:
+    def guard(request: Request) -> None:
+        check_access(request, token)
+
+    @app.get("/debug/patches")
+    def patches(request: Request) -> dict:
+        guard(request)
+        from engine.patches import PatchSet
+
+        return {"patches": PatchSet(engine.cfg.patches).describe(),
+                "index_k_dtype": engine.cfg.index_k_dtype}
+
+    @app.get("/debug/config")
+    def config(request: Request) -> dict:
+        guard(request)
+        return engine.cfg.to_dict()
+
+    @app.get("/debug/queues")
+    def queues(request: Request) -> dict:
+        guard(request)
+        return engine.on_loop(engine.queue_snapshot)
+
+    @app.get("/debug/transfers")
+    def transfers(request: Request) -> dict:
+        guard(request)
+        states = getattr(engine, "states", None)
+        rows = states.snapshot() if states else []
+        return {"rooms": [{"room": r.room, "state": r.state.name, "age_s": r.since,
+                           "reason": r.reason} for r in rows]}
+
+    @app.get("/debug/hicache")
+    def hicache(request: Request) -> dict:
+        guard(request)
+        loader = getattr(engine.cache, "loader", None)
+        jobs = list(loader.history) if loader else []
+        return {"jobs": [{"job": j.job_id, "pages": len(j.host_pages), "done_layers":
+                          j.done_layers, "stale_reads": list(j.stale_reads),
+                          "rids": list(j.rids)} for j in jobs]}
+
+    @app.get("/debug/requests")
+    def requests(request: Request) -> dict:
+        guard(request)
+        return engine.on_loop(engine.request_table) | {"captured": engine.captures.keys()}
+
+    @app.get("/debug/dump")
+    def dump(request: Request, rid: str | None = None, room: int | None = None) -> Response:
+        guard(request)
+        if rid is None and room is not None:
+            rid = engine.rid_of_room.get(room)
+        if rid is None:
+            raise HTTPException(404, "give rid= or a known room=")
+        tensors = engine.on_loop(lambda: engine.dump(rid))
+        if tensors is None:
+            raise HTTPException(404, f"request {rid!r} is neither live nor captured")
+        return Response(st_save(tensors, metadata={"rid": rid}),
+                        media_type="application/octet-stream")

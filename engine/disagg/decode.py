@@ -1,0 +1,215 @@
+"""Decode side of PD disaggregation.
+
+Queues: prealloc (reserve pages, tell the prefill where to write) -> transfer (poll NIXL
+notifications until every KV layer and the aux row landed, check the aux's room) -> running batch.
+Aborts mark the room Failed; cleanup happens on the next poll. The fixed cleanup removes the
+transfer entry and quarantines its pages until the prefill reports done/failed for the room (or a
+timeout), because the prefill may still be writing into them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.disagg.bootstrap import BootstrapClient
+from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag
+from engine.disagg.state import RoomState, TransferStateTable
+from engine.engine import Engine
+from engine.scheduler import pages_for
+from engine.sequence import FinishReason, Sequence, Status
+from engine.transfer import TransferEndpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class DecodeRoom:
+    room: int
+    seq: Sequence
+    prefill_url: str
+    created: float = field(default_factory=time.monotonic)
+    arrived: set[str] = field(default_factory=set)
+    aux_slot: int | None = None
+    orphaned: bool = False
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    pages: tuple[int, ...]
+    aux_slot: int | None
+    deadline: float
+
+
+class DecodeEngine(Engine):
+    def __init__(self, cfg, name: str, max_transfer_queue: int = 32,
+                 waiting_timeout_s: float = 30.0, quarantine_s: float = 30.0) -> None:
+        super().__init__(cfg.replace(prefix_cache=False, hicache=False))
+        self.aux = torch.zeros((max_transfer_queue, AUX_WORDS), dtype=torch.int64)
+        self.free_aux = deque(range(max_transfer_queue))
+        buffers = {**self.pool.buffers(), "aux": self.aux}
+        self.endpoint = TransferEndpoint(name, buffers,
+                                         page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
+        self.bootstrap = BootstrapClient(self.endpoint)
+        self.states = TransferStateTable()
+        self.prealloc: deque[DecodeRoom] = deque()
+        self.transfer: dict[int, DecodeRoom] = {}
+        self.quarantine: dict[int, Quarantine] = {}
+        self.max_transfer_queue = max_transfer_queue
+        self.waiting_timeout_s = waiting_timeout_s
+        self.quarantine_s = quarantine_s
+        self.pending_tags: dict[int, set[str]] = {}
+        self.late_writes = 0
+        self.idle_wait_s = 0.005
+
+    def add_room(self, room: DecodeRoom) -> None:
+        """Thread-safe: validates, then queues the room for preallocation."""
+        self.validate(room.seq.prompt, room.seq.params.max_tokens)
+        self.states.update(room.room, RoomState.BOOTSTRAPPING)
+        self.call_soon(lambda: self.prealloc.append(room))
+
+    # ---- engine thread ----
+    def poll(self) -> None:
+        self._admit_prealloc()
+        self._drain_notifications()
+        for room in list(self.transfer.values()):
+            self._advance(room)
+        self._expire_quarantine()
+
+    def _admit_prealloc(self) -> None:
+        while self.prealloc and len(self.transfer) < self.max_transfer_queue and self.free_aux:
+            room = self.prealloc[0]
+            need = pages_for(room.seq.max_total_tokens, self.cfg.page_size)
+            if need > self.allocator.num_free:
+                return
+            self.prealloc.popleft()
+            room.seq.pages = self.allocator.alloc(need)
+            room.aux_slot = self.free_aux.popleft()
+            self.aux[room.aux_slot] = 0
+            self.transfer[room.room] = room
+            self.states.update(room.room, RoomState.WAITING_FOR_INPUT)
+            n = pages_for(len(room.seq.prompt), self.cfg.page_size)
+            msg = Prealloc(room.room, self.endpoint.name, room.seq.pages[:n], room.aux_slot)
+            self.bootstrap.send_prealloc(room.prefill_url, msg)
+
+    def _drain_notifications(self) -> None:
+        for note in self.endpoint.notifications():
+            t = Tag.parse(note.tag)
+            if t is None:
+                continue
+            if t.room in self.transfer:
+                self.transfer[t.room].arrived.add(t.what)
+            elif t.room in self.quarantine and t.what in ("done", "failed"):
+                self._free_quarantined(t.room)
+            elif t.what.startswith("L") or t.what == "aux":
+                self.late_writes += 1
+                log.warning("late write for room %d (%s): no live owner", t.room, t.what)
+
+    def _advance(self, room: DecodeRoom) -> None:
+        state = self.states.get(room.room)
+        if state is RoomState.FAILED:
+            if not room.orphaned:
+                self._cleanup(room)
+            return
+        if time.monotonic() - room.created > self.waiting_timeout_s:
+            self.states.fail(room.room, "waiting timeout")
+            self._finish(room.seq, FinishReason.ABORT)
+            return
+        layers = {f"L{i}" for i in range(self.model.cfg.n_layers)}
+        if "failed" in room.arrived:
+            self.states.fail(room.room, "prefill reported failure")
+        elif layers | {"aux"} <= room.arrived:
+            self._start_decoding(room)
+
+    def _start_decoding(self, room: DecodeRoom) -> None:
+        aux = Aux.from_words(self.aux[room.aux_slot].tolist())
+        if aux.room != room.room:
+            self.states.fail(room.room, f"aux room {aux.room} != {room.room}")
+            return
+        del self.transfer[room.room]
+        self.free_aux.append(room.aux_slot)
+        self.states.update(room.room, RoomState.SUCCESS)
+        self.states.clear(room.room)
+        seq = room.seq
+        seq.num_computed, seq.num_cached = len(seq.prompt), aux.cached_tokens
+        seq.status = Status.RUNNING
+        self.scheduler.running.append(seq)
+        self._accept(seq, aux.first_token)
+
+    def _cleanup(self, room: DecodeRoom) -> None:
+        """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""
+        seq = room.seq
+        if self.cfg.has("abort_orphan_transfer_entry"):
+            room.orphaned = True  # entry (and its aux slot) stays in the queue forever
+        else:
+            del self.transfer[room.room]
+        if self.cfg.has("late_write_after_abort") or "done" in room.arrived:
+            self.allocator.free(seq.pages)
+            if not room.orphaned:
+                self.free_aux.append(room.aux_slot)
+        else:
+            self.quarantine[room.room] = Quarantine(tuple(seq.pages), None if room.orphaned
+                                                    else room.aux_slot,
+                                                    time.monotonic() + self.quarantine_s)
+        seq.pages = []
+        self._emit_end(seq)
+
+    def _free_quarantined(self, room_id: int) -> None:
+        q = self.quarantine.pop(room_id)
+        self.allocator.free(list(q.pages))
+        if q.aux_slot is not None:
+            self.free_aux.append(q.aux_slot)
+
+    def _expire_quarantine(self) -> None:
+        now = time.monotonic()
+        for room_id in [r for r, q in self.quarantine.items() if q.deadline < now]:
+            self._free_quarantined(room_id)
+
+    def _emit_end(self, seq: Sequence) -> None:
+        if seq.status is not Status.FINISHED:
+            seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ABORT
+            self.stats.finished["abort"] += 1
+            from engine.sequence import TokenEvent
+
+            seq.sink(TokenEvent(seq.rid, None, FinishReason.ABORT, 0))
+
+    def _abort(self, rid: str) -> None:
+        room = self._room_of(rid)
+        if room is None:
+            return super()._abort(rid)
+        self.states.fail(room.room, "client abort")
+        self.bootstrap.send_abort(room.prefill_url, room.room)
+        if room in self.prealloc:
+            self.prealloc.remove(room)
+            self._emit_end(room.seq)
+
+    def _room_of(self, rid: str) -> DecodeRoom | None:
+        return next((r for r in [*self.prealloc, *self.transfer.values()]
+                     if r.seq.rid == rid), None)
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        room = self._room_of(seq.rid)
+        if room is not None:  # timeout while in the transfer queue
+            self.bootstrap.send_abort(room.prefill_url, room.room)
+            self._cleanup(room)
+            return
+        super()._finish(seq, reason)
+
+    def queue_snapshot(self) -> dict:
+        now = time.monotonic()
+
+        def view(r: DecodeRoom) -> dict:
+            return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),
+                    "state": (self.states.get(r.room) or RoomState.BOOTSTRAPPING).name,
+                    "arrived": sorted(r.arrived), "orphaned": r.orphaned}
+        return {"prealloc": [view(r) for r in self.prealloc],
+                "transfer": [view(r) for r in self.transfer.values()],
+                "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in
+                            self.scheduler.running],
+                "quarantine": [{"room": r, "pages": len(q.pages)}
+                               for r, q in self.quarantine.items()],
+                "late_writes": self.late_writes}

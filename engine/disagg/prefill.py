@@ -1,0 +1,189 @@
+"""Prefill side of PD disaggregation.
+
+Queues: bootstrap (request known, waiting for the decode's Prealloc) -> waiting (in the engine
+scheduler) -> forward -> inflight (KV layers + aux WRITEs posted by a sender worker, polled until
+done) -> Success / Failed. Sender workers are sharded by room. A room's pages stay owned by the
+prefill until every posted WRITE completed, even when the room failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, layer_tag, tag
+from engine.disagg.state import RoomState, TransferStateTable
+from engine.engine import Engine
+from engine.sequence import FinishReason, Sequence
+from engine.transfer import PageWrite, TransferEndpoint, TransferError, TransferStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class PrefillRoom:
+    room: int
+    seq: Sequence
+    on_done: object  # Callable[[RoomState], None], called once from a worker or engine thread
+    created: float = field(default_factory=time.monotonic)
+    prealloc: Prealloc | None = None
+    posted: int = 0
+
+
+class PrefillEngine(Engine):
+    """An engine whose finished prefills hand their pages to the KV sender instead of freeing."""
+
+    def __init__(self, cfg, name: str, sender_workers: int = 2,
+                 bootstrap_timeout_s: float = 30.0) -> None:
+        super().__init__(cfg)
+        self.aux = torch.zeros((sender_workers, AUX_WORDS), dtype=torch.int64)
+        buffers = {**self.pool.buffers(), "aux": self.aux}
+        self.endpoint = TransferEndpoint(name, buffers,
+                                         page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
+        self.states = TransferStateTable()
+        self.rooms: dict[int, PrefillRoom] = {}
+        self.early: dict[int, Prealloc] = {}
+        self.peers: dict = {}
+        self.bootstrap_timeout_s = bootstrap_timeout_s
+        self._lock = threading.Lock()
+        self.queues = [queue.Queue() for _ in range(sender_workers)]
+        for i, q in enumerate(self.queues):
+            threading.Thread(target=self._sender, args=(i, q), daemon=True,
+                             name=f"kv-sender-{i}").start()
+
+    # ---- control plane (HTTP threads) ----
+    def connect_peer(self, blob) -> None:
+        with self._lock:
+            self.peers[blob.agent_name] = self.endpoint.connect(blob)
+
+    def add_room(self, room: PrefillRoom) -> None:
+        self.validate(room.seq.prompt, room.seq.params.max_tokens)
+        with self._lock:
+            if self.states.get(room.room) is RoomState.FAILED or room.room in self.rooms:
+                raise ValueError(f"room {room.room} already used")
+            self.rooms[room.room] = room
+            self.states.update(room.room, RoomState.BOOTSTRAPPING)
+            early = self.early.pop(room.room, None)
+        if early is not None:
+            self.on_prealloc(early)
+
+    def on_prealloc(self, msg: Prealloc) -> None:
+        with self._lock:
+            room = self.rooms.get(msg.room)
+            if room is None:
+                self.early[msg.room] = msg
+                return
+            room.prealloc = msg
+        if self.states.update(msg.room, RoomState.WAITING_FOR_INPUT) is RoomState.FAILED:
+            return
+        self.submit(room.seq)
+
+    def abort_room(self, room_id: int, reason: str) -> None:
+        self.states.fail(room_id, reason)
+        room = self.rooms.get(room_id)
+        if room is not None:
+            self.abort(room.seq.rid)
+
+    # ---- engine thread ----
+    def poll(self) -> None:
+        now = time.monotonic()
+        for room in list(self.rooms.values()):
+            late = room.prealloc is None and now - room.created > self.bootstrap_timeout_s
+            if late:
+                self._fail(room, "bootstrap timeout")
+
+    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+        room = next((r for r in self.rooms.values() if r.seq is seq), None)
+        if room is None or reason is FinishReason.ABORT or not seq.output:
+            super()._finish(seq, reason)
+            if room is not None:
+                self._fail(room, "aborted before transfer")
+            return
+        self.scheduler.finish(seq, reason, release=False)
+        self.stats.finished[reason.value] += 1
+        if self.states.update(room.room, RoomState.TRANSFERRING) is RoomState.FAILED:
+            self._release(room, RoomState.FAILED)
+            return
+        self.queues[room.room % len(self.queues)].put(room)
+
+    def _fail(self, room: PrefillRoom, reason: str) -> None:
+        self.states.fail(room.room, reason)
+        with self._lock:
+            self.rooms.pop(room.room, None)
+        room.on_done(RoomState.FAILED)
+
+    def _release(self, room: PrefillRoom, final: RoomState) -> None:
+        def free() -> None:
+            self.scheduler.release(room.seq)
+        self.call_soon(free)
+        with self._lock:
+            self.rooms.pop(room.room, None)
+        room.on_done(final)
+
+    # ---- sender workers ----
+    def _sender(self, worker: int, jobs: queue.Queue) -> None:
+        count = 0
+        while True:
+            room = jobs.get()
+            self.faults.sleep(self.faults.peer_pause(count))
+            count += 1
+            try:
+                final = self._send(worker, room)
+            except TransferError as exc:
+                log.warning("room %d transfer failed: %s", room.room, exc)
+                self.states.fail(room.room, str(exc))
+                final = RoomState.FAILED
+            self._release(room, final)
+
+    def _send(self, worker: int, room: PrefillRoom) -> RoomState:
+        peer = self.peers[room.prealloc.peer]
+        S = self.pool.page_size
+        n_pages = -(-len(room.seq.prompt) // S)
+        src, dst = room.seq.pages[:n_pages], room.prealloc.dst_pages[:n_pages]
+        layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
+        handles = []
+        for layer in range(self.model.cfg.n_layers):
+            if self.states.get(room.room) is RoomState.FAILED:
+                break
+            self.faults.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
+            writes = [PageWrite(b, src, dst, layer) for b in KV_BUFFERS]
+            handles.append(self.endpoint.write_pages(peer, writes, layer_tag(room.room, layer)))
+            room.posted += 1
+        failed = self.states.get(room.room) is RoomState.FAILED
+        if not failed:
+            aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt))
+            self.aux[worker] = torch.tensor(aux.words())
+            aux_write = PageWrite("aux", [worker], [room.prealloc.aux_slot])
+            handles.append(self.endpoint.write_pages(peer, [aux_write], tag(room.room, "aux")))
+        ok = self._wait_all(handles)
+        final = RoomState.SUCCESS if ok and not failed else RoomState.FAILED
+        self.endpoint.send_notif(peer, tag(room.room, "done" if final is RoomState.SUCCESS
+                                           else "failed"))
+        self.states.update(room.room, final)
+        return final
+
+    def _wait_all(self, handles, timeout_s: float = 60.0) -> bool:
+        ok = True
+        for h in handles:
+            ok &= self.endpoint.wait(h, timeout_s=timeout_s) is TransferStatus.DONE
+            self.endpoint.release(h)
+        return ok
+
+    def queue_snapshot(self) -> dict:
+        now = time.monotonic()
+
+        def view(r: PrefillRoom) -> dict:
+            return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),
+                    "state": (self.states.get(r.room) or RoomState.BOOTSTRAPPING).name,
+                    "posted_layers": r.posted}
+        rooms = list(self.rooms.values())
+        return {"bootstrap": [view(r) for r in rooms if r.prealloc is None],
+                "waiting": [view(r) for r in rooms if r.prealloc is not None
+                            and self.states.get(r.room) is RoomState.WAITING_FOR_INPUT],
+                "inflight": [view(r) for r in rooms
+                             if self.states.get(r.room) is RoomState.TRANSFERRING]}
