@@ -55,6 +55,7 @@ class Generation:
         self.num_cached = 0
         self.created = time.time()
         self.first_token_at: float | None = None
+        self.want_token_ids = False
         self.seq = Sequence(self.rid, plan.ids, params, sink=self._sink)
 
     def _sink(self, ev: TokenEvent) -> None:

@@ -163,6 +163,7 @@ class ChatCompletionRequest(_Request):
     n: int = 1
     stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, min_length=1, max_length=4)
+    return_token_ids: bool = False  # extension: raw completion token ids (for oracles)
     # PD disaggregation: set by the router on the copies it sends to prefill and decode.
     bootstrap_host: str | None = None
     bootstrap_port: int | None = Field(default=None, ge=1, le=65535)

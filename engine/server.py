@@ -103,6 +103,7 @@ class ChatServer:
         room = req.bootstrap_room
         gen = Generation(self.engine, self.plan(req), params,
                          rid=None if room is None else f"room-{room}")
+        gen.want_token_ids = req.return_token_ids
         return self.start_generation(gen, req)
 
     def start_generation(self, gen: Generation, req: ChatCompletionRequest) -> Generation:
@@ -142,7 +143,8 @@ class ChatServer:
             "id": f"chatcmpl-{gen.rid}", "object": "chat.completion", "created": int(gen.created),
             "model": MODEL_NAME, "usage": usage(gen),
             "choices": [{"index": 0, "message": message, "dsml_leaked": parsed.leaked,
-                         "finish_reason": finish_reason(gen, bool(parsed.calls))}]})
+                         "finish_reason": finish_reason(gen, bool(parsed.calls)),
+                         **({"token_ids": gen.tokens} if gen.want_token_ids else {})}]})
 
     async def _watch_disconnect(self, gen: Generation, request: Request) -> None:
         while gen.finish_reason is None:
@@ -173,7 +175,8 @@ class ChatServer:
         for d in det.finish():
             yield chunk(self._delta(d))
         self._count_leak(det.leaked)
-        yield chunk({}, finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
+        extra = {"token_ids": gen.tokens} if gen.want_token_ids else {}
+        yield chunk({}, finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked, **extra)
         if include_usage:
             yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage(gen)})}\n\n"
         yield "data: [DONE]\n\n"

@@ -1,0 +1,280 @@
+"""PD router: one OpenAI-compatible front door over pools of prefill and decode servers.
+
+Like SGLang's mini load balancer: each chat request gets a prefill and a decode server (by
+policy) and a ``bootstrap_room`` drawn from an RNG seeded by ``--seed``, so the room sequence
+replays by seed. The body goes to both servers at once, with the prefill server's host and port
+as ``bootstrap_host``/``bootstrap_port``: to prefill with ``stream: false``, to decode as the
+client asked. The client gets decode's answer (SSE bytes passed through unchanged) with an
+``X-Bootstrap-Room`` header. A client that goes away cancels both upstream requests, so the
+servers see the disconnect and abort.
+
+``python -m engine.router --prefill URL [URL ...] --decode URL [URL ...] --seed S``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+
+import httpx
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from engine.metrics import Metrics
+from engine.router_proxy import (
+    CLIENT_CLOSED,
+    ClientGone,
+    DecodeStream,
+    UpstreamError,
+    discard,
+    error,
+    passthrough,
+    read_object,
+    wait_disconnect,
+)
+from engine.router_state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+
+log = logging.getLogger(__name__)
+CHAT_PATH = "/v1/chat/completions"
+ROOM_HEADER = "X-Bootstrap-Room"
+
+
+class Router:
+    """Routes chat requests to a prefill/decode pair; see the module docstring."""
+
+    def __init__(self, cfg: RouterConfig) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics(prefix="pdwb_router")
+        self.rooms = RoomLog(cfg.history)
+        self.client = httpx.AsyncClient(timeout=cfg.timeout_s, trust_env=False,
+                                        limits=httpx.Limits(max_connections=None))
+        self._room_rng = random.Random(cfg.seed)
+        policy_rng = random.Random(cfg.seed)
+        factory = POLICIES.get(cfg.policy)
+        self._prefill_policy, self._decode_policy = factory(policy_rng), factory(policy_rng)
+        self._active: set[int] = set()
+        self._background: set[asyncio.Task] = set()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Lifespan: on exit cancels background prefill requests and closes the client."""
+        try:
+            yield
+        finally:
+            tasks = list(self._background)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
+
+    def assign(self) -> RoomAssignment:
+        """Picks the servers and draws the room (no await in between: replayable by seed)."""
+        a = RoomAssignment(room=self._room_rng.getrandbits(63),
+                           prefill=self._prefill_policy.pick(self.cfg.prefill),
+                           decode=self._decode_policy.pick(self.cfg.decode), started=time.time())
+        self.rooms.add(a)
+        self._active.add(a.room)
+        return a
+
+    def _settle(self, a: RoomAssignment, status: int, prefill: asyncio.Task) -> None:
+        if status >= 400:
+            prefill.cancel()
+        if a.room in self._active:
+            self._active.discard(a.room)
+            self.rooms.finish(a.room, status)
+            self.metrics.inc("requests_total", status=str(status))
+
+    def _count_error(self, role: str, url: str, reason: str) -> None:
+        self.metrics.inc("upstream_errors_total", role=role, server=url, reason=reason)
+
+    @asynccontextmanager
+    async def _upstream(self, role: str, url: str) -> AsyncIterator[None]:
+        """httpx failures become a logged, counted ``UpstreamError``: 504 on timeout, else 502."""
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            timeout = isinstance(exc, httpx.TimeoutException)
+            reason = ("timeout" if timeout else
+                      "connect" if isinstance(exc, httpx.ConnectError) else "transport")
+            message = (f"{role} server {url} timed out after {self.cfg.timeout_s:g}s" if timeout
+                       else f"cannot reach {role} server {url}: {type(exc).__name__}: {exc}")
+            log.warning("%s", message)
+            self._count_error(role, url, reason)
+            raise UpstreamError(504 if timeout else 502, message) from exc
+
+    async def _prefill(self, a: RoomAssignment, body: dict) -> UpstreamError | None:
+        try:
+            async with self._upstream("prefill", a.prefill):
+                resp = await self.client.post(a.prefill + CHAT_PATH, json=body)
+        except UpstreamError as exc:
+            return exc
+        if resp.status_code >= 400:
+            log.warning("prefill %s answered %d for room %d: %.300s", a.prefill,
+                        resp.status_code, a.room, resp.text)
+            self._count_error("prefill", a.prefill, f"http_{resp.status_code}")
+        return None
+
+    async def _decode(self, a: RoomAssignment, body: dict, stream: bool) -> httpx.Response:
+        async with self._upstream("decode", a.decode):
+            req = self.client.build_request("POST", a.decode + CHAT_PATH, json=body)
+            resp = await self.client.send(req, stream=True)
+            if not stream or resp.status_code >= 400:
+                try:
+                    await resp.aread()
+                finally:
+                    await resp.aclose()
+            return resp
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("prefill task failed", exc_info=task.exception())
+            self.metrics.inc("internal_errors_total")
+
+    async def _await_decode(self, request: Request, decode: asyncio.Task,
+                            prefill: asyncio.Task) -> httpx.Response:
+        """Decode's response; raises ``UpstreamError`` if decode fails or prefill cannot be
+        reached first, ``ClientGone`` if the client leaves. Decode is cancelled on failure."""
+        watcher = asyncio.create_task(wait_disconnect(request))
+        try:
+            while True:
+                waiting = {decode, watcher} | (set() if prefill.done() else {prefill})
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if decode in done:
+                    return decode.result()
+                if watcher in done:
+                    raise ClientGone
+                if not prefill.cancelled() and isinstance(prefill.result(), UpstreamError):
+                    raise prefill.result()
+        except BaseException:
+            await discard(decode)
+            raise
+        finally:
+            watcher.cancel()
+
+    async def chat(self, request: Request) -> Response:
+        """POST /v1/chat/completions."""
+        body = await read_object(request)
+        if isinstance(body, Response):
+            self.metrics.inc("requests_total", status="400")
+            return body
+        a = self.assign()
+        stream = body.get("stream") is True
+        fields = bootstrap_fields(a)
+        to_prefill = {k: v for k, v in body.items() if k != "stream_options"}
+        prefill = self._spawn(self._prefill(a, {**to_prefill, **fields, "stream": False}))
+        decode = asyncio.create_task(self._decode(a, {**body, **fields}, stream))
+        try:
+            resp = await self._await_decode(request, decode, prefill)
+        except (UpstreamError, ClientGone) as exc:
+            return self._failed(a, prefill, exc)
+        return self._answer(a, prefill, resp, stream)
+
+    def _failed(self, a: RoomAssignment, prefill: asyncio.Task,
+                exc: UpstreamError | ClientGone) -> Response:
+        if isinstance(exc, ClientGone):
+            log.info("client left before decode answered; room %d cancelled", a.room)
+            self._settle(a, CLIENT_CLOSED, prefill)
+            return Response(status_code=CLIENT_CLOSED, headers={ROOM_HEADER: str(a.room)})
+        self._settle(a, exc.status, prefill)
+        answer = error(exc.status, exc.message)
+        answer.headers[ROOM_HEADER] = str(a.room)
+        return answer
+
+    def _answer(self, a: RoomAssignment, prefill: asyncio.Task, resp: httpx.Response,
+                stream: bool) -> Response:
+        headers = {ROOM_HEADER: str(a.room)}
+        if resp.status_code >= 400:
+            self._count_error("decode", a.decode, f"http_{resp.status_code}")
+        if not stream or resp.status_code >= 400:
+            self._settle(a, resp.status_code, prefill)
+            return passthrough(resp, headers)
+        return DecodeStream(resp, lambda status: self._settle(a, status, prefill),
+                            lambda exc: self._stream_error(a, exc), headers)
+
+    def _stream_error(self, a: RoomAssignment, exc: httpx.HTTPError) -> None:
+        log.warning("decode %s stream for room %d broke: %s: %s", a.decode, a.room,
+                    type(exc).__name__, exc)
+        self._count_error("decode", a.decode, "stream")
+
+    async def models(self) -> Response:
+        """GET /v1/models, proxied to the first decode server."""
+        url = self.cfg.decode[0]
+        try:
+            async with self._upstream("decode", url):
+                resp = await self.client.get(url + "/v1/models")
+        except UpstreamError as exc:
+            return error(exc.status, exc.message)
+        return passthrough(resp, {})
+
+    async def health(self) -> dict:
+        """GET /health: the router itself is up."""
+        return {"status": "ok"}
+
+    async def prometheus(self) -> PlainTextResponse:
+        """GET /metrics."""
+        return PlainTextResponse(self.metrics.render({"in_flight_requests": len(self._active)}))
+
+    async def debug_rooms(self, limit: int = Query(100, ge=1)) -> list[dict]:
+        """GET /debug/rooms?limit=N: the last N assignments, oldest first."""
+        return [asdict(a) for a in self.rooms.recent(limit)]
+
+
+def create_app(cfg: RouterConfig) -> FastAPI:
+    """The router's ASGI app."""
+    router = Router(cfg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with router.running():
+            yield
+
+    app = FastAPI(title="pd-workbench router", lifespan=lifespan)
+    app.state.router = router
+    app.post(CHAT_PATH)(router.chat)
+    app.get("/v1/models")(router.models)
+    app.get("/health")(router.health)
+    app.get("/metrics")(router.prometheus)
+    app.get("/debug/rooms")(router.debug_rooms)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m engine.router``."""
+    import uvicorn
+
+    ap = argparse.ArgumentParser(prog="engine.router", description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8080)
+    ap.add_argument("--prefill", nargs="+", required=True, metavar="URL")
+    ap.add_argument("--decode", nargs="+", required=True, metavar="URL")
+    ap.add_argument("--seed", type=int, default=0, help="seeds rooms and the random policy")
+    ap.add_argument("--policy", default="round_robin", help=f"one of {POLICIES.names()}")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="per upstream operation")
+    ap.add_argument("--history", type=int, default=4096, help="rooms kept for /debug/rooms")
+    args = ap.parse_args(argv)
+    try:
+        cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,
+                           args.timeout_s, args.history)
+    except (KeyError, ValueError) as exc:
+        ap.error(str(exc))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    log.info("router on %s:%d: %s", args.host, args.port, cfg)
+    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""Bisection for intermittent failures: "bad" is a failure *probability*, not a verdict.
+
+Model (ordered candidates ``c_0 .. c_{n-1}``): exactly one culprit index ``k`` — ``c_k`` is the
+first bad candidate — with a uniform prior over ``k in 0..n-1`` (plus ``k = n``, "no culprit",
+when ``allow_no_culprit``).  Candidates before ``k`` fail at rate ``p_good`` (exactly 0 by
+default, or ``p_good ~ Beta(prior_good_fail_rate)``); candidates at or after ``k`` fail at one
+shared unknown rate ``p_bad ~ Beta(prior_fail_rate)``.  Both rates are integrated out
+analytically, so the likelihood of ``k`` is the product of the Beta-Bernoulli marginal
+likelihoods of the pooled counts left and right of ``k``.
+
+:func:`bisect` picks each next probe to minimise the expected posterior entropy over ``k``
+(equivalently, to maximise the mutual information of one trial), stopping once the most
+probable ``k`` reaches ``confidence``.  :func:`fixed_repeat_bisect` is the classic baseline:
+binary search that calls a candidate good after ``repeats`` clean trials.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from workbench.trials import CachedTrial, TrialStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PRIOR_FAIL_RATE = (0.3, 3.0)
+"""Default Beta(a, b) prior on the bad-side failure rate (tuned by ``bench.bisect_sim``)."""
+
+TrialFn = Callable[[str, int], bool]
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    """Outcome of a bisection.
+
+    Invariants: ``posterior`` maps every candidate to P(it is the first bad one | trials), and
+    ``sum(posterior.values()) + no_culprit_probability == 1`` (up to float rounding);
+    ``confidence`` is the posterior of the reported ``culprit`` (``None`` = no culprit);
+    ``trials_spent == history.height``.  ``history`` has one row per trial with columns
+    ``step, candidate, failed, max_posterior, entropy`` (bits, after that trial).
+    """
+
+    culprit: str | None
+    posterior: dict[str, float]
+    confidence: float
+    trials_spent: int
+    estimated_fail_rate_bad: float
+    estimated_fail_rate_good: float
+    history: pl.DataFrame = field(compare=False, repr=False)
+    no_culprit_probability: float = 0.0
+    converged: bool = True
+    method: str = "bayes"
+
+
+class _LogBeta:
+    """``log B(a + f, b + s) - log B(a, b)`` for integer arrays via growing lgamma tables."""
+
+    def __init__(self, a: float, b: float):
+        if a <= 0 or b <= 0:
+            raise ValueError(f"Beta parameters must be positive, got ({a}, {b})")
+        self.a, self.b, self.size = a, b, 0
+        self._grow(256)
+
+    def _grow(self, size: int) -> None:
+        ga, gb, gab = (np.array([math.lgamma(x + i) for i in range(size)])
+                       for x in (self.a, self.b, self.a + self.b))
+        self._ga, self._gb, self._gab, self.size = ga, gb, gab, size
+        self._base = ga[0] + gb[0] - gab[0]
+
+    def __call__(self, f: np.ndarray, s: np.ndarray) -> np.ndarray:
+        need = int((f + s).max()) + 1
+        if need > self.size:
+            self._grow(max(need, 2 * self.size))
+        return self._ga[f] + self._gb[s] - self._gab[f + s] - self._base
+
+
+def _binary_entropy(p: np.ndarray) -> np.ndarray:
+    q = 1.0 - p
+    return -(p * np.log2(np.maximum(p, 1e-300)) + q * np.log2(np.maximum(q, 1e-300)))
+
+
+def entropy_bits(post: np.ndarray) -> float:
+    """Shannon entropy (bits) of a probability vector; zero entries contribute nothing."""
+    nz = post[post > 0]
+    return float(-(nz * np.log2(nz)).sum())
+
+
+class _Posterior:
+    """Counts per candidate and the posterior over the culprit index they imply."""
+
+    def __init__(self, n: int, bad: tuple[float, float], good: tuple[float, float] | None,
+                 allow_none: bool):
+        self.n, self.hyp = n, n + int(allow_none)
+        self.bad, self.good = bad, good
+        self._bad_lb = _LogBeta(*bad)
+        self._good_lb = _LogBeta(*good) if good is not None else None
+        self.fails = np.zeros(n, dtype=np.int64)
+        self.totals = np.zeros(n, dtype=np.int64)
+        self._cache: tuple[np.ndarray, ...] | None = None
+
+    def observe(self, j: int, failed: bool) -> None:
+        self.fails[j] += int(failed)
+        self.totals[j] += 1
+        self._cache = None
+
+    def _pools(self) -> tuple[np.ndarray, ...]:
+        """(fails, passes) pooled left of k and at/right of k, for every hypothesis k."""
+        if self._cache is None:
+            fl = np.zeros(self.n + 1, dtype=np.int64)
+            nl = np.zeros(self.n + 1, dtype=np.int64)
+            np.cumsum(self.fails, out=fl[1:])
+            np.cumsum(self.totals, out=nl[1:])
+            fr, nr = fl[-1] - fl, nl[-1] - nl
+            h = self.hyp
+            self._cache = (fl[:h], (nl - fl)[:h], fr[:h], (nr - fr)[:h])
+        return self._cache
+
+    def probabilities(self) -> np.ndarray:
+        """Posterior over k (length ``hyp``); sums to 1."""
+        fl, sl, fr, sr = self._pools()
+        good = np.where(fl == 0, 0.0, -np.inf) if self._good_lb is None else self._good_lb(fl, sl)
+        ll = good + self._bad_lb(fr, sr)
+        w = np.exp(ll - ll.max())
+        return w / w.sum()
+
+    def predictive(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Per hypothesis k: P(next trial fails) on a bad candidate, and on a good one
+        (``None`` when good candidates never fail)."""
+        fl, sl, fr, sr = self._pools()
+        a, b = self.bad
+        pb = (a + fr) / (a + b + fr + sr)
+        if self.good is None:
+            return pb, None
+        ga, gb = self.good
+        return pb, (ga + fl) / (ga + gb + fl + sl)
+
+    def information(self, post: np.ndarray) -> np.ndarray:
+        """Expected entropy drop (bits) over k from one more trial at each candidate j.
+
+        Probing j: hypotheses ``k <= j`` make c_j bad.  I(j) = H(Y_j) - E_k H(Y_j | k), which
+        equals H(post) - E[H(post after the trial)]; computed in O(n) with prefix sums.
+        """
+        pb, pg = self.predictive()
+        hg = None if pg is None else post * _binary_entropy(pg)
+        p_fail = _split_sum(post * pb, None if pg is None else post * pg, self.n)
+        cond = _split_sum(post * _binary_entropy(pb), hg, self.n)
+        return np.maximum(_binary_entropy(p_fail) - cond, 0.0)
+
+    def rates(self, post: np.ndarray) -> tuple[float, float]:
+        """Posterior-mean failure rates (bad side, good side)."""
+        pb, pg = self.predictive()
+        return float(post @ pb), 0.0 if pg is None else float(post @ pg)
+
+
+def _split_sum(bad: np.ndarray, good: np.ndarray | None, n: int) -> np.ndarray:
+    """For each probe j < n: sum(bad[k] for k <= j) + sum(good[k] for k > j)."""
+    cb = np.cumsum(bad)[:n]
+    if good is None:
+        return cb
+    cg = np.cumsum(good)
+    return cb + (cg[-1] - cg[:n])
+
+
+def _choose(info: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of the most informative probe; exact-ish ties broken by ``rng``."""
+    best = info.max()
+    ties = np.flatnonzero(info >= best * (1 - 1e-9)) if best > 0 else np.arange(info.size)
+    return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
+
+
+_HISTORY_SCHEMA = {"step": pl.Int64, "candidate": pl.Utf8, "failed": pl.Boolean,
+                   "max_posterior": pl.Float64, "entropy": pl.Float64}
+
+
+class _History:
+    """Per-trial log, kept column-wise (cheap appends, fast frame construction)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {c: [] for c in _HISTORY_SCHEMA}
+
+    def add(self, candidate: str, failed: bool, post: np.ndarray) -> None:
+        row = (len(self.cols["step"]) + 1, candidate, failed, float(post.max()), entropy_bits(post))
+        for column, value in zip(self.cols.values(), row, strict=True):
+            column.append(value)
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(self.cols, schema=_HISTORY_SCHEMA)
+
+
+def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, seed: int,
+            method: str) -> CachedTrial:
+    """Trial seeds depend only on (seed, candidate, index): stored and plain runs agree."""
+    return CachedTrial(store, experiment or method, trial, namespace=f"seed={seed}")
+
+
+def _result(candidates: Sequence[str], model: _Posterior, post: np.ndarray, pick: int,
+            spent: int, history: _History, converged: bool, method: str) -> BisectResult:
+    n = len(candidates)
+    result = BisectResult(
+        candidates[pick] if pick < n else None,
+        {c: float(p) for c, p in zip(candidates, post[:n], strict=True)},
+        float(post[pick]), spent, *model.rates(post), history.frame(),
+        float(post[n]) if post.size > n else 0.0, converged, method)
+    log.info("%s bisect: culprit=%s confidence=%.4f trials=%d converged=%s", method,
+             result.culprit, result.confidence, spent, converged)
+    return result
+
+
+def _check(candidates: Sequence[str]) -> None:
+    if len(candidates) == 0 or len(set(candidates)) != len(candidates):
+        raise ValueError("candidates must be non-empty and distinct")
+
+
+def bisect(
+    candidates: Sequence[str],
+    trial: TrialFn,
+    *,
+    confidence: float = 0.95,
+    max_trials: int = 10_000,
+    prior_fail_rate: tuple[float, float] = DEFAULT_PRIOR_FAIL_RATE,
+    prior_good_fail_rate: tuple[float, float] | None = None,
+    allow_no_culprit: bool = False,
+    seed: int = 0,
+    store: TrialStore | None = None,
+    experiment: str | None = None,
+) -> BisectResult:
+    """Bayesian bisection: find the first bad candidate when failures are intermittent.
+
+    ``trial(candidate, seed) -> failed`` must be a fair sample of the candidate's behaviour.
+    Each step runs one trial at the candidate minimising expected posterior entropy; the loop
+    stops when ``max(posterior) >= confidence`` (``converged=True``) or after ``max_trials``.
+    ``prior_good_fail_rate=None`` means good candidates never fail: one failure at ``c_j``
+    proves the culprit is at or before ``j``.  Deterministic given ``seed`` and trial outcomes;
+    with ``store`` (experiment defaults to ``"bayes"``) recorded trials are replayed first, so
+    an interrupted run resumes to the identical result with no trial repeated.
+    """
+    _check(candidates)
+    runner = _runner(trial, store, experiment, seed, "bayes")
+    model = _Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
+    rng = np.random.default_rng(seed)
+    history = _History()
+    post = model.probabilities()
+    while post.max() < confidence and runner.spent < max_trials:
+        j = _choose(model.information(post), rng)
+        failed = runner(candidates[j])
+        model.observe(j, failed)
+        post = model.probabilities()
+        history.add(candidates[j], failed, post)
+    converged = bool(post.max() >= confidence)
+    pick = int(np.argmax(post))
+    return _result(candidates, model, post, pick, runner.spent, history, converged, "bayes")
+
+
+def default_repeats(fail_rate: float = 0.05, alpha: float = 0.05) -> int:
+    """Clean trials needed to call a candidate good: ``ceil(log(alpha) / log(1 - p))``.
+
+    This is the smallest r with ``(1 - p)^r <= alpha`` (59 for p = alpha = 0.05).
+    """
+    if not 0 < fail_rate < 1 or not 0 < alpha < 1:
+        return 1
+    return max(1, math.ceil(math.log(alpha) / math.log1p(-fail_rate)))
+
+
+def fixed_repeat_bisect(
+    candidates: Sequence[str],
+    trial: TrialFn,
+    *,
+    repeats: int | None = None,
+    assumed_fail_rate: float = 0.05,
+    alpha: float = 0.05,
+    max_trials: int = 100_000,
+    prior_fail_rate: tuple[float, float] = DEFAULT_PRIOR_FAIL_RATE,
+    seed: int = 0,
+    store: TrialStore | None = None,
+    experiment: str | None = None,
+) -> BisectResult:
+    """Classic binary search: bad on the first failure, good after ``repeats`` clean trials.
+
+    ``c_{n-1}`` is assumed bad.  ``repeats`` defaults to ``default_repeats(assumed_fail_rate,
+    alpha)``.  The reported ``posterior``/``confidence`` come from the same Bayesian model as
+    :func:`bisect` (prior ``prior_fail_rate``, good side exactly 0) applied to the trials this
+    search ran, so the two methods' confidences are comparable.  Store semantics as
+    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).
+    """
+    _check(candidates)
+    repeats = repeats or default_repeats(assumed_fail_rate, alpha)
+    runner = _runner(trial, store, experiment, seed, "fixed-repeat")
+    model = _Posterior(len(candidates), prior_fail_rate, None, False)
+    history = _History()
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi and runner.spent < max_trials:
+        mid = (lo + hi) // 2
+        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials)
+        if verdict is None:
+            break
+        lo, hi = (lo, mid) if verdict else (mid + 1, hi)
+    post = model.probabilities()
+    pick = lo if lo == hi else int(np.argmax(post))
+    return _result(candidates, model, post, pick, runner.spent, history, lo == hi,
+                   "fixed-repeat")
+
+
+def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
+           model: _Posterior, history: _History, max_trials: int) -> bool | None:
+    """Up to ``repeats`` trials of c_j: True on a failure, False if all clean, None if the
+    trial budget ran out first."""
+    for _ in range(repeats):
+        if runner.spent >= max_trials:
+            return None
+        failed = runner(candidates[j])
+        model.observe(j, failed)
+        history.add(candidates[j], failed, model.probabilities())
+        if failed:
+            return True
+    return False

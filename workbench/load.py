@@ -1,0 +1,163 @@
+"""Concurrency injection: seeded multi-turn agentic sessions over streaming HTTP, with kills.
+
+``inject_concurrency(target, sessions=64, ...)`` plays held-out transcripts concurrently against
+any OpenAI-compatible URL (or a ``PDPair``), kills a seeded fraction of requests mid-stream, and
+judges every completed response with the oracle. Every random choice derives from ``seed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import httpx
+
+from engine.datagen import Transcript, make_transcript
+from engine.train import EVAL_SEED_BASE
+from workbench.oracle import ReferenceOracle, Verdict, judge
+
+SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000
+
+
+@dataclass
+class RequestRecord:
+    session: int
+    turn: int
+    kind: str  # "call" (expects a tool call) or "answer"
+    room: int | None = None
+    status: int | None = None
+    killed: bool = False
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    e2e_s: float | None = None
+    finish_reason: str | None = None
+    content: str = ""
+    tool_calls: list[dict] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_ids: list[int] | None = None
+    dsml_leaked: bool | None = None
+    error: str = ""
+    verdict: Verdict | None = None
+
+    def row(self) -> dict:
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("verdict", "tool_calls", "token_ids", "prompt_ids")}
+        out["tool_calls"] = json.dumps(self.tool_calls)
+        v = self.verdict
+        out.update({f"v_{k}": getattr(v, k) if v else None for k in
+                    ("leaked", "well_formed", "tool_ok", "args_ok", "ref_match", "first_diff")})
+        out["flagged"] = bool(v and v.flagged)
+        out["corrupt_leak"] = bool(v and v.leaked and v.ref_match is False)
+        return out
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    sessions: int = 64
+    turns: int = 2
+    kill_fraction: float = 0.0
+    duration_s: float = 300.0
+    seed: int = 0
+    max_tokens: int = 160
+    request_timeout_s: float = 180.0
+    kill_window_s: float = 1.5  # a killed request is cancelled at uniform(0, window) seconds
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.kill_fraction <= 1.0 or self.sessions < 1 or self.turns < 1:
+            raise ValueError("need sessions >= 1, turns >= 1 and kill_fraction in [0, 1]")
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord) -> None:
+    """Streams one completion into ``rec`` (a kill cancels this coroutine mid-stream)."""
+    t0, last, gaps, chunks = time.monotonic(), None, [], 0
+    async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+        rec.status = resp.status_code
+        rec.room = int(resp.headers["x-bootstrap-room"]) if "x-bootstrap-room" in resp.headers \
+            else None
+        if resp.status_code != 200:
+            rec.error = (await resp.aread()).decode(errors="replace")[:500]
+            return
+        calls: dict[int, dict] = {}
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            now = time.monotonic()
+            gaps.append(now - last) if last is not None else None
+            rec.ttft_s = rec.ttft_s if rec.ttft_s is not None else now - t0
+            last, chunks = now, chunks + 1
+            _apply_chunk(json.loads(line[6:]), rec, calls)
+        rec.tool_calls = [calls[i] for i in sorted(calls)]
+    rec.e2e_s = time.monotonic() - t0
+    rec.itl_s = sum(gaps) / len(gaps) if gaps else None
+
+
+def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> None:
+    for choice in chunk.get("choices", []):
+        delta = choice.get("delta", {})
+        rec.content += delta.get("content") or ""
+        for tc in delta.get("tool_calls") or []:
+            call = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+            fn = tc.get("function", {})
+            call["name"] += fn.get("name") or ""
+            call["arguments"] += fn.get("arguments") or ""
+        if choice.get("finish_reason"):
+            rec.finish_reason = choice["finish_reason"]
+            rec.dsml_leaked = choice.get("dsml_leaked")
+            rec.token_ids = choice.get("token_ids")
+
+
+class SessionRunner:
+    """Plays one transcript: per round, the tool-call request then the final-answer request."""
+
+    def __init__(self, cfg: LoadConfig, url: str, session: int, oracle: ReferenceOracle | None,
+                 deadline: float, sink) -> None:
+        self.cfg, self.url, self.session, self.oracle = cfg, url, session, oracle
+        self.tr: Transcript = make_transcript(SESSION_SEED_BASE + cfg.seed * 10_007 + session)
+        self.rng = random.Random(f"{cfg.seed}:{session}")
+        self.deadline, self.sink = deadline, sink
+        self.tools = [t.to_openai() for t in self.tr.tools]
+
+    async def run(self, client: httpx.AsyncClient) -> None:
+        messages = self.tr.messages()[:1]
+        for turn, rnd in enumerate(self.tr.rounds[: self.cfg.turns]):
+            if time.monotonic() > self.deadline:
+                return
+            messages.append({"role": "user", "content": rnd.ask})
+            rec = await self.request(client, messages, turn, "call", rnd.call)
+            if rec.killed or rec.status != 200 or len(rec.tool_calls) != 1:
+                return
+            call = rec.tool_calls[0]
+            messages += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{turn}", "type": "function", "function": call}]},
+                {"role": "tool", "tool_call_id": f"call_{turn}", "content": rnd.result}]
+            rec = await self.request(client, messages, turn, "answer", None)
+            if rec.killed or rec.status != 200:
+                return
+            messages.append({"role": "assistant", "content": rec.content})
+
+    async def request(self, client, messages, turn, kind, expected) -> RequestRecord:
+        rec = RequestRecord(self.session, turn, kind)
+        body = {"messages": messages, "tools": self.tools, "max_tokens": self.cfg.max_tokens,
+                "stream": True, "return_token_ids": True, "seed": self.session}
+        kill = self.rng.random() < self.cfg.kill_fraction
+        kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
+        if self.oracle is not None:
+            rec.prompt_ids = self.oracle.prompt_ids(messages, self.tools)
+        try:
+            await asyncio.wait_for(stream_chat(client, self.url, body, rec), timeout=kill_at)
+        except (TimeoutError, asyncio.TimeoutError):
+            rec.killed = True
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            rec.error = f"{type(exc).__name__}: {exc}"[:500]
+        if not rec.killed and rec.status == 200 and not rec.error:
+            ref = None
+            if self.oracle is not None:
+                ref = await asyncio.to_thread(self.oracle.expected, rec.prompt_ids,
+                                              self.cfg.max_tokens)
+            rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
+                                rec.token_ids, ref)
+        self.sink(rec)
+        return rec
