@@ -2,11 +2,14 @@
 
 Like SGLang's mini load balancer: each chat request gets a prefill and a decode server (by
 policy) and a ``bootstrap_room`` drawn from an RNG seeded by ``--seed``, so the room sequence
-replays by seed. The body goes to both servers at once, with the prefill server's host and port
-as ``bootstrap_host``/``bootstrap_port``: to prefill with ``stream: false``, to decode as the
-client asked. The client gets decode's answer (SSE bytes passed through unchanged) with an
-``X-Bootstrap-Room`` header. A client that goes away cancels both upstream requests, so the
-servers see the disconnect and abort.
+replays by seed (routers in front of the same servers thus need different seeds). The body goes
+to both servers at once, with the prefill server's host and port as ``bootstrap_host`` and
+``bootstrap_port``: to prefill with ``stream: false``, to decode as the client asked. The client
+gets decode's answer (SSE bytes passed through unchanged) with an ``X-Bootstrap-Room`` header.
+If decode fails, or prefill cannot be reached before decode answers, the request fails and the
+other upstream request is cancelled; a successful request leaves prefill to finish in the
+background. A client that goes away cancels both upstream requests, so the servers see the
+disconnect and abort.
 
 ``python -m engine.router --prefill URL [URL ...] --decode URL [URL ...] --seed S``
 """
@@ -40,7 +43,7 @@ from engine.router_proxy import (
 )
 from engine.router_state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("engine.router")  # not __main__ under python -m
 CHAT_PATH = "/v1/chat/completions"
 ROOM_HEADER = "X-Bootstrap-Room"
 
@@ -83,9 +86,13 @@ class Router:
         return a
 
     def _settle(self, a: RoomAssignment, status: int, prefill: asyncio.Task) -> None:
+        """Ends the request once: room log, metrics; a failed one also cancels its prefill."""
         if status >= 400:
             prefill.cancel()
         if a.room in self._active:
+            if status == CLIENT_CLOSED:
+                log.info("client left: room %d cancelled on %s and %s", a.room, a.prefill,
+                         a.decode)
             self._active.discard(a.room)
             self.rooms.finish(a.room, status)
             self.metrics.inc("requests_total", status=str(status))
@@ -180,12 +187,14 @@ class Router:
             resp = await self._await_decode(request, decode, prefill)
         except (UpstreamError, ClientGone) as exc:
             return self._failed(a, prefill, exc)
+        except BaseException:
+            self._settle(a, 500, prefill)
+            raise
         return self._answer(a, prefill, resp, stream)
 
     def _failed(self, a: RoomAssignment, prefill: asyncio.Task,
                 exc: UpstreamError | ClientGone) -> Response:
         if isinstance(exc, ClientGone):
-            log.info("client left before decode answered; room %d cancelled", a.room)
             self._settle(a, CLIENT_CLOSED, prefill)
             return Response(status_code=CLIENT_CLOSED, headers={ROOM_HEADER: str(a.room)})
         self._settle(a, exc.status, prefill)
@@ -260,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--prefill", nargs="+", required=True, metavar="URL")
     ap.add_argument("--decode", nargs="+", required=True, metavar="URL")
-    ap.add_argument("--seed", type=int, default=0, help="seeds rooms and the random policy")
+    ap.add_argument("--seed", type=int, default=0, help="seeds rooms and the random policy; "
+                    "routers sharing servers need different seeds or their rooms collide")
     ap.add_argument("--policy", default="round_robin", help=f"one of {POLICIES.names()}")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per upstream operation")
     ap.add_argument("--history", type=int, default=4096, help="rooms kept for /debug/rooms")
@@ -271,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyError, ValueError) as exc:
         ap.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("router on %s:%d: %s", args.host, args.port, cfg)
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=2)
