@@ -18,6 +18,10 @@ from workbench.oracle import ReferenceOracle
 from workbench.progress import Progress
 
 log = logging.getLogger(__name__)
+SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": pl.Float64,
+          "e2e_s": pl.Float64, "finish_reason": pl.Utf8, "dsml_leaked": pl.Boolean,
+          "v_leaked": pl.Boolean, "v_well_formed": pl.Boolean, "v_tool_ok": pl.Boolean,
+          "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean, "v_first_diff": pl.Int64}
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,8 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     t0 = time.monotonic()
     records, files = _run_sync(_run(target, cfg, ref, bar, out))
     bar.close()
-    df = pl.DataFrame([r.row() for r in records], infer_schema_length=None)
+    df = pl.DataFrame([r.row() for r in records], schema_overrides=SCHEMA,
+                      infer_schema_length=None)
     if len(df):
         df = df.sort(["session", "turn", "kind"])
     return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files))

@@ -141,7 +141,7 @@ class PDPair:
 
 
 def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str) -> ServerProcess:
-    srv = ServerProcess(name, [], log_dir, health=health)
+    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False)
     srv.argv = shlex.split(template.format(port=srv.port, host=srv.host, **fill))
     return srv.start()
 

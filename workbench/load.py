@@ -72,7 +72,7 @@ class LoadConfig:
 
 async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord) -> None:
     """Streams one completion into ``rec`` (a kill cancels this coroutine mid-stream)."""
-    t0, last, gaps, chunks = time.monotonic(), None, [], 0
+    t0, last, gaps = time.monotonic(), None, []
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
         rec.status = resp.status_code
         rec.room = int(resp.headers["x-bootstrap-room"]) if "x-bootstrap-room" in resp.headers \
@@ -84,19 +84,24 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
         async for line in resp.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
+            if not _apply_chunk(json.loads(line[6:]), rec, calls):
+                continue  # role-only / empty chunks carry no token
             now = time.monotonic()
-            gaps.append(now - last) if last is not None else None
+            if last is not None:
+                gaps.append(now - last)
             rec.ttft_s = rec.ttft_s if rec.ttft_s is not None else now - t0
-            last, chunks = now, chunks + 1
-            _apply_chunk(json.loads(line[6:]), rec, calls)
+            last = now
         rec.tool_calls = [calls[i] for i in sorted(calls)]
     rec.e2e_s = time.monotonic() - t0
     rec.itl_s = sum(gaps) / len(gaps) if gaps else None
 
 
-def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> None:
+def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> bool:
+    """Folds one SSE chunk into ``rec``; True when it carried generated text or a call."""
+    carried = False
     for choice in chunk.get("choices", []):
         delta = choice.get("delta", {})
+        carried |= bool(delta.get("content") or delta.get("tool_calls"))
         rec.content += delta.get("content") or ""
         for tc in delta.get("tool_calls") or []:
             call = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
@@ -107,6 +112,7 @@ def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> Non
             rec.finish_reason = choice["finish_reason"]
             rec.dsml_leaked = choice.get("dsml_leaked")
             rec.token_ids = choice.get("token_ids")
+    return carried
 
 
 class SessionRunner:

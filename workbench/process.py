@@ -48,6 +48,7 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     health: str = "/health"
     env: dict[str, str] = field(default_factory=dict)
+    format_argv: bool = True
     proc: subprocess.Popen | None = None
 
     @property
@@ -60,7 +61,9 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        argv = [a.format(port=self.port, host=self.host) for a in self.argv]
+        argv = self.argv
+        if self.format_argv:
+            argv = [a.format(port=self.port, host=self.host) for a in argv]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,

@@ -143,6 +143,7 @@ class DecodeEngine(Engine):
     def _cleanup(self, room: DecodeRoom) -> None:
         """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""
         seq = room.seq
+        log.info("cleanup of room %d (arrived %s)", room.room, sorted(room.arrived))
         if self.cfg.has("abort_orphan_transfer_entry"):
             room.orphaned = True  # entry (and its aux slot) stays in the queue forever
         else:
@@ -182,6 +183,8 @@ class DecodeEngine(Engine):
         if room is None:
             return super()._abort(rid)
         self.states.fail(room.room, "client abort")
+        log.info("room %d aborted by client in %s", room.room,
+                 "prealloc" if room in self.prealloc else "transfer")
         self.bootstrap.send_abort(room.prefill_url, room.room)
         if room in self.prealloc:
             self.prealloc.remove(room)

@@ -1,0 +1,91 @@
+"""PD disaggregation end to end: real prefill + decode + router processes on loopback, real NIXL.
+
+The seed's two failure classes are reproduced by patch variants and must not appear without them:
+the HiCache index-K race leaks DSML into content, and abort cleanup orphans transfer entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from engine.datagen import make_transcript
+from workbench.concurrency import inject_concurrency
+from workbench.launch import launch_pd_pair
+
+pytestmark = pytest.mark.slow
+
+RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
+HICACHE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512,
+           "debug_capture": 64}
+
+
+def test_pd_outputs_match_single_request_reference(tmp_path):
+    with launch_pd_pair(log_dir=tmp_path / "logs", engine={"debug_capture": 8}) as pair:
+        res = inject_concurrency(pair, sessions=3, turns=2, seed=3, max_tokens=120,
+                                 progress=False)
+        patches = pair.debug("/debug/patches")
+        queues = pair.debug("/debug/queues")
+    s = res.summary
+    assert s.completed == s.requests >= 6 and s.errors == 0
+    assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
+    assert res.requests["room"].n_unique() == s.requests
+    assert not any(p["enabled"] for p in patches["patches"])
+    assert queues["transfer"] == [] and queues["quarantine"] == []
+
+
+@pytest.mark.parametrize("patches", [(), ("hicache_index_k_no_wait", "bf16_index_k")])
+def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path, patches):
+    with launch_pd_pair(patches=patches, engine=HICACHE, faults=RACE_FAULTS,
+                        log_dir=tmp_path / "logs") as pair:
+        res = inject_concurrency(pair, sessions=6, turns=2, seed=11, max_tokens=120,
+                                 capture_dir=tmp_path / "captures", progress=False)
+        jobs = pair.debug("/debug/hicache", pair.prefill[0])["jobs"]
+    s = res.summary
+    assert jobs, "the second turn must load its prefix back from the host tier"
+    stale = sum(len(j["stale_reads"]) for j in jobs)
+    if patches:
+        assert stale > 0 and s.corrupt_leaks > 0 and s.ref_mismatch > 0
+        assert res.captures, "flagged requests must be captured"
+    else:
+        assert stale == 0 and s.ref_mismatch == 0 and s.corrupt_leaks == 0
+
+
+async def _kill_during_transfer(url: str, n: int, kill_at_s: float) -> None:
+    tr = make_transcript(5)
+    body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+            "max_tokens": 8, "stream": True}
+    async with httpx.AsyncClient(timeout=30) as client:
+        async def one(i: int) -> None:
+            try:
+                await asyncio.wait_for(client.post(url + "/v1/chat/completions", json=body),
+                                       kill_at_s + 0.05 * i)
+            except asyncio.TimeoutError:
+                pass
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+
+@pytest.mark.parametrize("patches", [(), ("abort_orphan_transfer_entry",)])
+def test_killed_clients_orphan_transfer_entries_only_with_the_patch(tmp_path, patches):
+    with launch_pd_pair(patches=patches, faults={"seed": 1, "transfer_fixed_ms": 400},
+                        decode_args=("--max-transfer-queue", "3"),
+                        log_dir=tmp_path / "logs") as pair:
+        asyncio.run(_kill_during_transfer(pair.url, 5, kill_at_s=0.8))
+        time.sleep(1.0)
+        transfer = pair.debug("/debug/queues")["transfer"]
+        tr = make_transcript(6)
+        body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+                "max_tokens": 4}
+        try:
+            status = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=15).status_code
+        except httpx.ReadTimeout:
+            status = None
+    orphans = [e for e in transfer if e["orphaned"]]
+    if patches:
+        assert orphans and len(orphans) == len(transfer) == 3
+        assert status is None, "a full transfer queue of orphans wedges new requests"
+    else:
+        assert transfer == [] and status == 200
