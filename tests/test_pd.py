@@ -80,7 +80,8 @@ def test_killed_clients_orphan_transfer_entries_only_with_the_patch(tmp_path, pa
         body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
                 "max_tokens": 4}
         try:
-            status = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=15).status_code
+            r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=15)
+            status = r.status_code
         except httpx.ReadTimeout:
             status = None
     orphans = [e for e in transfer if e["orphaned"]]
