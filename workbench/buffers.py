@@ -1,0 +1,122 @@
+"""Dump a request's KV / index-K buffers from a live server and diff them against the reference.
+
+``dump_buffers(pair, room=...)`` pulls the pages through the debug endpoint; ``diff_against_
+reference(dump, cfg)`` recomputes the same buffers with the no-cache oracle and reports, per layer
+and buffer, the max abs / relative difference and the first bad position.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import torch
+from safetensors.torch import load as st_load
+
+from engine.config import EngineConfig
+from engine.model import load_model
+from engine.reference import Reference
+from workbench.launch import PDPair
+
+log = logging.getLogger(__name__)
+WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",)}
+
+
+@dataclass(frozen=True)
+class BufferDump:
+    """Buffers of one request in logical token order: ``tensors["layer{i}.{name}"]``."""
+
+    source: str
+    tokens: list[int]
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def num_layers(self) -> int:
+        return 1 + max(int(m.group(1)) for k in self.tensors if (m := re.match(r"layer(\d+)", k)))
+
+    def save(self, path: str | Path) -> Path:
+        from safetensors.torch import save_file
+
+        save_file({**self.tensors, "tokens": torch.tensor(self.tokens)}, str(path),
+                  metadata={"source": self.source})
+        return Path(path)
+
+
+def parse_dump(blob: bytes, source: str, what=("kv", "index_k")) -> BufferDump:
+    raw = st_load(blob)
+    names = {n for w in what for n in WHAT[w]}
+    keep = {k: v for k, v in raw.items() if k.split(".", 1)[-1] in names}
+    return BufferDump(source, raw["tokens"].tolist(), keep)
+
+
+def load_dump(path: str | Path, what=("kv", "index_k")) -> BufferDump:
+    return parse_dump(Path(path).read_bytes(), str(path), what)
+
+
+def dump_buffers(pair: PDPair, room: int | None = None, rid: str | None = None,
+                 what=("kv", "index_k"), role: str = "decode") -> BufferDump:
+    """Fetches a live or captured request's buffers from the ``role`` server of ``pair``."""
+    unknown = set(what) - set(WHAT)
+    if unknown:
+        raise ValueError(f"unknown buffer kinds {sorted(unknown)}; valid: {sorted(WHAT)}")
+    srv = {"decode": pair.decode[0], "prefill": pair.prefill[0]}[role]
+    params = {"room": room} if room is not None else {"rid": rid}
+    blob = pair.debug_bytes("/debug/dump", srv, **params)
+    return parse_dump(blob, f"{role}:{room if room is not None else rid}", what)
+
+
+@dataclass(frozen=True)
+class BufferDiff:
+    """``summary``: one row per (layer, buffer); ``per_position``: [L*B rows, T] max abs diff."""
+
+    summary: pl.DataFrame
+    per_position: dict[str, torch.Tensor]
+    first_bad_layer: int | None
+    first_bad_position: int | None
+
+
+class ReferenceBuffers:
+    """Recomputes buffers on the oracle path; reuse one across many diffs (loads the model once)."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        model = load_model(Path(cfg.model_dir) / "model.safetensors").to(cfg.device)
+        self.ref = Reference(model, cfg.replace(batch_invariant=True))
+
+    def buffers(self, tokens: list[int]) -> dict[str, torch.Tensor]:
+        out = {}
+        for i, lb in enumerate(self.ref.forward(tokens).layers):
+            out[f"layer{i}.k"], out[f"layer{i}.v"] = lb.k, lb.v
+            out[f"layer{i}.index_k_f32"] = lb.index_k
+        return out
+
+
+def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffers,
+                           rtol: float = 1e-5) -> BufferDiff:
+    """Per-layer, per-position comparison of ``dump`` with the recomputed reference buffers."""
+    refb = cfg if isinstance(cfg, ReferenceBuffers) else ReferenceBuffers(cfg)
+    ref = refb.buffers(dump.tokens)
+    rows, per_pos = [], {}
+    for key, got in sorted(dump.tensors.items(), key=lambda kv: _order(kv[0])):
+        want = ref[key].to(got.dtype).float()
+        err = (got.float() - want).abs().flatten(1).amax(1)  # [T]
+        scale = want.abs().flatten(1).amax(1).clamp_min(1e-6)
+        bad = (err / scale > rtol).nonzero().flatten()
+        layer, name = _order(key)
+        per_pos[key] = err
+        rows.append({"layer": layer, "buffer": name, "max_abs": float(err.max()),
+                     "max_rel": float((err / scale).max()), "bad_positions": len(bad),
+                     "first_bad_position": int(bad[0]) if len(bad) else None,
+                     "positions": len(err)})
+    summary = pl.DataFrame(rows, schema_overrides={"first_bad_position": pl.Int64})
+    bad_rows = summary.filter(pl.col("bad_positions") > 0)
+    return BufferDiff(summary, per_pos,
+                      int(bad_rows["layer"].min()) if len(bad_rows) else None,
+                      int(bad_rows["first_bad_position"].min()) if len(bad_rows) else None)
+
+
+def _order(key: str) -> tuple[int, str]:
+    layer, name = key.split(".", 1)
+    return int(layer.removeprefix("layer")), name

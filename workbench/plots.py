@@ -1,0 +1,75 @@
+"""Matplotlib helpers for notebook cells; each returns the Figure."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import polars as pl
+import torch
+
+from workbench.buffers import BufferDiff
+
+
+def plot_diff_heatmap(diff: BufferDiff, buffer: str = "index_k_f32"):
+    """Max abs difference per (layer, position) for one buffer kind."""
+    keys = sorted((k for k in diff.per_position if k.endswith("." + buffer)),
+                  key=lambda k: int(k.split(".")[0][5:]))
+    grid = torch.stack([diff.per_position[k] for k in keys]).numpy()
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(keys) + 1.5))
+    im = ax.imshow(grid, aspect="auto", cmap="magma", interpolation="nearest")
+    ax.set_yticks(range(len(keys)), [k.split(".")[0] for k in keys])
+    ax.set_xlabel("token position")
+    ax.set_title(f"|dump - reference| for {buffer}")
+    fig.colorbar(im, ax=ax, label="max abs diff")
+    return fig
+
+
+def plot_layer_errors(diff: BufferDiff):
+    """Bad positions per layer and buffer."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for name, group in diff.summary.group_by("buffer", maintain_order=True):
+        g = group.sort("layer")
+        ax.plot(g["layer"], g["bad_positions"], marker="o", label=name[0])
+    ax.set_xlabel("layer")
+    ax.set_ylabel("positions differing from reference")
+    ax.legend()
+    return fig
+
+
+def plot_queues(df: pl.DataFrame, role: str = "decode"):
+    """Entries per queue over time for one server role; orphaned entries dashed."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for (queue,), g in df.filter(pl.col("role") == role).group_by("queue", maintain_order=True):
+        ax.step(g["t_s"], g["entries"], where="post", label=queue)
+        if g["orphaned"].sum() > 0:
+            ax.step(g["t_s"], g["orphaned"], where="post", linestyle="--",
+                    label=f"{queue} orphaned")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("entries")
+    ax.set_title(f"{role} queues")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_rates(rows: pl.DataFrame, label: str = "variant"):
+    """Flag rate with its confidence interval per variant (columns: variant, rate, lo, hi)."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x = range(len(rows))
+    err = [(rows["rate"] - rows["lo"]).to_list(), (rows["hi"] - rows["rate"]).to_list()]
+    ax.errorbar(x, rows["rate"], yerr=err, fmt="o", capsize=4)
+    ax.set_xticks(list(x), rows[label].to_list(), rotation=20, ha="right")
+    ax.set_ylabel("flagged fraction (95% CI)")
+    ax.set_ylim(-0.02, 1.02)
+    fig.tight_layout()
+    return fig
+
+
+def plot_latency(df: pl.DataFrame):
+    """TTFT and E2E distributions of completed requests."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for col in ("ttft_s", "e2e_s"):
+        vals = df[col].drop_nulls().to_list()
+        if vals:
+            ax.hist(vals, bins=20, alpha=0.6, label=col)
+    ax.set_xlabel("seconds")
+    ax.legend()
+    return fig
