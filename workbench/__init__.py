@@ -1,0 +1,35 @@
+"""PD Workbench probes: launch PD pairs, inject concurrency, dump and diff buffers, bisect."""
+
+from workbench.bisect import BisectResult, bisect, fixed_repeat_bisect
+from workbench.buffers import (
+    BufferDiff,
+    BufferDump,
+    ReferenceBuffers,
+    diff_against_reference,
+    dump_buffers,
+    load_dump,
+)
+from workbench.concurrency import LoadResult, LoadSummary, inject_concurrency, wilson
+from workbench.ddmin import DdminResult, ddmin
+from workbench.launch import (
+    EMBEDDED,
+    SGLANG,
+    VLLM,
+    LaunchSpec,
+    PDPair,
+    TemplateBackend,
+    launch_pd_pair,
+)
+from workbench.process import LaunchError
+from workbench.queues import QueueSampler, snapshot_queues
+from workbench.series import DEFAULT_SERIES, bisect_patch_series, series_candidates
+from workbench.trials import CachedTrial, Trial, TrialStore
+
+__all__ = [
+    "DEFAULT_SERIES", "EMBEDDED", "SGLANG", "VLLM", "BisectResult", "BufferDiff", "BufferDump",
+    "CachedTrial", "DdminResult", "LaunchError", "LaunchSpec", "LoadResult", "LoadSummary",
+    "PDPair", "QueueSampler", "ReferenceBuffers", "TemplateBackend", "Trial", "TrialStore",
+    "bisect", "bisect_patch_series", "ddmin", "diff_against_reference", "dump_buffers",
+    "fixed_repeat_bisect", "inject_concurrency", "launch_pd_pair", "load_dump",
+    "series_candidates", "snapshot_queues", "wilson",
+]

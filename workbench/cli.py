@@ -1,0 +1,167 @@
+"""``wb``: the workbench probes for scripted runs; results are written as Parquet.
+
+  wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
+  wb load  (--state runs/pair.json | --url URL) --sessions 16 --out runs/load.parquet
+  wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
+  wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
+  wb report NOTEBOOK -p key value ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from engine.cli import parse_overrides
+
+log = logging.getLogger("wb")
+
+
+def _pair_from_state(path: str):
+    from workbench.launch import LaunchSpec, PDPair
+    from workbench.process import ServerProcess
+
+    st = json.loads(Path(path).read_text())
+    spec = LaunchSpec(tuple(st["patches"]), st["engine"], st["faults"])
+
+    def srv(name: str, url: str) -> ServerProcess:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        return ServerProcess(name, [], Path(st["log_dir"]), host=host, port=int(port))
+    return PDPair(spec, [srv("prefill", u) for u in st["prefill"]],
+                  [srv("decode", u) for u in st["decode"]], srv("router", st["router"]),
+                  Path(st["log_dir"]))
+
+
+def cmd_up(args) -> None:
+    from workbench.launch import launch_pd_pair
+
+    pair = launch_pd_pair(patches=_names(args.patches), engine=parse_overrides(args.engine),
+                          faults=json.loads(args.faults), seed=args.seed)
+    state = {"router": pair.url, "prefill": [s.url for s in pair.prefill],
+             "decode": [s.url for s in pair.decode], "patches": list(pair.spec.patches),
+             "engine": pair.spec.engine, "faults": pair.spec.faults, "log_dir": str(pair.log_dir)}
+    Path(args.state).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.state).write_text(json.dumps(state, indent=1))
+    log.info("PD pair up at %s; state in %s; Ctrl-C stops it", pair.url, args.state)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait(args.hold_s if args.hold_s > 0 else None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pair.close()
+
+
+def cmd_load(args) -> None:
+    from workbench.concurrency import inject_concurrency
+
+    target = _pair_from_state(args.state) if args.state else args.url
+    res = inject_concurrency(target, sessions=args.sessions, turns=args.turns,
+                             kill_fraction=args.kill_fraction, duration_s=args.duration_s,
+                             seed=args.seed, max_tokens=args.max_tokens,
+                             oracle=not args.no_oracle, capture_dir=args.capture_dir)
+    res.requests.write_parquet(args.out)
+    log.info("%s -> %s", res.summary, args.out)
+
+
+def cmd_dump(args) -> None:
+    from workbench.buffers import diff_against_reference, dump_buffers
+
+    pair = _pair_from_state(args.state)
+    dump = dump_buffers(pair, room=args.room, role=args.role)
+    dump.save(args.out)
+    log.info("dumped %d tensors of %s to %s", len(dump.tensors), dump.source, args.out)
+    if args.diff:
+        diff = diff_against_reference(dump, pair.spec.engine_config())
+        out = Path(args.out).with_suffix(".diff.parquet")
+        diff.summary.write_parquet(out)
+        log.info("first bad layer %s position %s; diff in %s", diff.first_bad_layer,
+                 diff.first_bad_position, out)
+
+
+def cmd_bisect(args) -> None:
+    from workbench.series import bisect_patch_series
+
+    res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
+                              confidence=args.confidence, seed=args.seed)
+    res.history.write_parquet(Path(args.store).with_suffix(".history.parquet"))
+    log.info("culprit %s (confidence %.3f, %d trials)", res.culprit, res.confidence,
+             res.trials_spent)
+
+
+def cmd_report(args) -> None:
+    from workbench.report import run_report
+
+    params = {k: _value(v) for k, v in args.param}
+    log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
+
+
+def _names(spec: str) -> list[str]:
+    return [n for n in spec.split(",") if n] if spec else []
+
+
+def _value(raw: str):
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="wb", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up")
+    up.add_argument("--state", default="runs/pair.json")
+    up.add_argument("--patches", default="")
+    up.add_argument("--engine", nargs="*", default=[], metavar="KEY=VALUE")
+    up.add_argument("--faults", default="{}")
+    up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--hold-s", type=float, default=0.0, help="stop after this long (0: never)")
+    load = sub.add_parser("load")
+    load.add_argument("--state")
+    load.add_argument("--url")
+    for name, typ, default in (("sessions", int, 16), ("turns", int, 2), ("seed", int, 0),
+                               ("kill-fraction", float, 0.0), ("duration-s", float, 300.0),
+                               ("max-tokens", int, 160)):
+        load.add_argument(f"--{name}", type=typ, default=default)
+    load.add_argument("--no-oracle", action="store_true")
+    load.add_argument("--capture-dir")
+    load.add_argument("--out", default="runs/load.parquet")
+    dump = sub.add_parser("dump")
+    dump.add_argument("--state", required=True)
+    dump.add_argument("--room", type=int, required=True)
+    dump.add_argument("--role", choices=["decode", "prefill"], default="decode")
+    dump.add_argument("--out", default="runs/dump.safetensors")
+    dump.add_argument("--diff", action="store_true")
+    bis = sub.add_parser("bisect")
+    bis.add_argument("--series", required=True)
+    bis.add_argument("--store", default="runs/bisect.sqlite")
+    bis.add_argument("--sessions", type=int, default=6)
+    bis.add_argument("--confidence", type=float, default=0.9)
+    bis.add_argument("--seed", type=int, default=0)
+    rep = sub.add_parser("report")
+    rep.add_argument("notebook")
+    rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                     metavar=("KEY", "VALUE"))
+    rep.add_argument("--out-dir", default="reports")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cmd == "load" and not (args.state or args.url):
+        raise SystemExit("wb load: give --state or --url")
+    {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
+     "report": cmd_report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

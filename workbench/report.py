@@ -1,0 +1,41 @@
+"""Executable reports: run a notebook with papermill parameters, export it to HTML."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def run_report(notebook: str | Path, params: dict | None = None,
+               out_dir: str | Path = "reports", kernel: str = "python3",
+               timeout_s: int = 1800) -> Path:
+    """Executes ``notebook`` (a .ipynb, or a jupytext .py paired with one) and writes HTML.
+
+    Returns the HTML path. A cell that raises (e.g. a finding whose assertion no longer holds)
+    fails the run with papermill's ``PapermillExecutionError``; the executed notebook is kept.
+    """
+    import jupytext
+    import nbformat
+    import papermill
+    from nbconvert import HTMLExporter
+
+    src = Path(notebook)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if src.suffix == ".py":
+        ipynb = out / (src.stem + ".source.ipynb")
+        nbformat.write(jupytext.read(src), ipynb)
+        src = ipynb
+    executed = out / (Path(notebook).stem + ".ipynb")
+    t0 = time.monotonic()
+    papermill.execute_notebook(str(src), str(executed), parameters=params or {},
+                               kernel_name=kernel, execution_timeout=timeout_s, progress_bar=False,
+                               cwd=str(Path.cwd()))
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    html = executed.with_suffix(".html")
+    html.write_text(body)
+    log.info("executed %s in %.0fs -> %s", notebook, time.monotonic() - t0, html)
+    return html

@@ -1,0 +1,86 @@
+"""Bisection over the engine's patch series: candidate i enables the first i patches.
+
+A trial launches (or reuses) a PD pair for the candidate, runs a short seeded concurrency burst
+and fails when any response differs from the single-request reference (corruption). One pair is
+kept warm at a time, so consecutive trials of a candidate cost only the burst.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workbench.bisect import BisectResult, bisect
+from workbench.concurrency import inject_concurrency
+from workbench.launch import PDPair, launch_pd_pair
+from workbench.trials import TrialStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERIES = ("bf16_index_k", "hicache_index_k_no_wait", "late_write_after_abort",
+                  "abort_orphan_transfer_entry")
+RACE_ENGINE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512}
+RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
+
+
+def series_candidates(patches: tuple[str, ...] | list[str]) -> list[str]:
+    """Names ``"+a+b"`` for the cumulative prefixes; index 0 is the baseline ``"base"``."""
+    return ["base"] + ["+" + "+".join(patches[: i + 1]) for i in range(len(patches))]
+
+
+def candidate_patches(name: str) -> tuple[str, ...]:
+    return () if name == "base" else tuple(name.lstrip("+").split("+"))
+
+
+@dataclass(eq=False)
+class PairPool:
+    """Keeps the PD pair of the most recent candidate running."""
+
+    engine: dict = field(default_factory=lambda: dict(RACE_ENGINE))
+    faults: dict = field(default_factory=lambda: dict(RACE_FAULTS))
+    log_dir: Path | None = None
+    current: str | None = None
+    pair: PDPair | None = None
+
+    def get(self, candidate: str) -> PDPair:
+        if candidate != self.current:
+            self.close()
+            log_dir = self.log_dir / candidate.strip("+") if self.log_dir else None
+            self.pair = launch_pd_pair(patches=candidate_patches(candidate), engine=self.engine,
+                                       faults=self.faults, log_dir=log_dir)
+            self.current = candidate
+        return self.pair
+
+    def close(self) -> None:
+        if self.pair is not None:
+            self.pair.close()
+        self.pair, self.current = None, None
+
+
+def corruption_trial(pool: PairPool, sessions: int = 4, turns: int = 2):
+    """``trial(candidate, seed) -> failed``: any reference mismatch in a seeded burst."""
+    def trial(candidate: str, seed: int) -> bool:
+        res = inject_concurrency(pool.get(candidate), sessions=sessions, turns=turns,
+                                 seed=seed % 1_000_003, max_tokens=120, progress=False)
+        log.info("trial %s seed %d: %s mismatches of %d", candidate, seed,
+                 res.summary.ref_mismatch, res.summary.completed)
+        return res.summary.ref_mismatch > 0
+    return trial
+
+
+def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
+                        sessions: int = 4, confidence: float = 0.9, seed: int = 0,
+                        max_trials: int = 60, log_dir: str | Path | None = None,
+                        experiment: str = "patch-series") -> BisectResult:
+    """Bayesian bisection of the cumulative patch series; resumable through ``store``."""
+    pool = PairPool(log_dir=Path(log_dir) if log_dir else None)
+    db = TrialStore(store) if store else None
+    try:
+        return bisect(series_candidates(tuple(series)), corruption_trial(pool, sessions),
+                      confidence=confidence, max_trials=max_trials, seed=seed, store=db,
+                      experiment=experiment)
+    finally:
+        pool.close()
+        if db is not None:
+            db.close()
