@@ -163,3 +163,28 @@ def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
     assert (len(stale) > 0) == bool(patches)
     if not patches:
         assert out == Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)
+
+
+def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch():
+    """Real weights, multi-turn sessions whose prefixes come back from host memory."""
+    from engine.chat import render_prompt
+    from engine.datagen import make_transcript
+
+    def run(patches: str) -> int:
+        cfg = EngineConfig(hicache=True, hicache_offload_on_finish=True, num_pages=400,
+                           patches=patches, faults={"seed": 7, "hicache_ns_per_byte": 2000.0})
+        eng, mismatches = Engine(cfg), 0
+        ref = Engine(EngineConfig(index_k_dtype=cfg.index_k_dtype))
+        for s in range(3):
+            tr = make_transcript(777 + s)
+            msgs = tr.messages(upto_round=0)
+            ids = eng.tokenizer.encode(render_prompt(msgs, list(tr.tools)))
+            eng.generate(ids, SamplingParams(100))
+            msgs = tr.messages()[:4]  # system, ask, call, tool result: the answer's prompt
+            ids = eng.tokenizer.encode(render_prompt(msgs, list(tr.tools)))
+            mismatches += eng.generate(ids, SamplingParams(40)) != ref.generate(
+                ids, SamplingParams(40))
+        return mismatches
+
+    assert run("") == 0
+    assert run("hicache_index_k_no_wait,bf16_index_k") > 0

@@ -38,7 +38,7 @@ def test_pd_outputs_match_single_request_reference(tmp_path):
 
 
 @pytest.mark.parametrize("patches", [(), ("hicache_index_k_no_wait", "bf16_index_k")])
-def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path, patches):
+def test_hicache_index_k_race_fires_only_with_the_patches(tmp_path, patches):
     with launch_pd_pair(patches=patches, engine=HICACHE, faults=RACE_FAULTS,
                         log_dir=tmp_path / "logs") as pair:
         res = inject_concurrency(pair, sessions=6, turns=2, seed=11, max_tokens=120,
@@ -47,9 +47,9 @@ def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path, patches
     s = res.summary
     assert jobs, "the second turn must load its prefix back from the host tier"
     stale = sum(len(j["stale_reads"]) for j in jobs)
-    if patches:
-        assert stale > 0 and s.corrupt_leaks > 0 and s.ref_mismatch > 0
-        assert res.captures, "flagged requests must be captured"
+    if patches:  # the race fires; whether an output changes depends on the data it hits
+        assert stale > 0
+        assert len(res.captures) == 2 * s.flagged, "flagged requests are captured on both sides"
     else:
         assert stale == 0 and s.ref_mismatch == 0 and s.corrupt_leaks == 0
 

@@ -119,6 +119,7 @@ class PrefillEngine(Engine):
 
     def _release(self, room: PrefillRoom, final: RoomState) -> None:
         def free() -> None:
+            self.capture(room.seq)
             self.scheduler.release(room.seq)
         self.call_soon(free)
         with self._lock:
