@@ -149,7 +149,8 @@ class Engine:
         if len(seq.output) == 1:
             self.stats.cached_tokens += seq.num_cached
         seq.sink(TokenEvent(seq.rid, token, None, seq.num_cached))
-        stop = token == self.tokenizer.eos_id or token in seq.params.stop_token_ids
+        eos = token == self.tokenizer.eos_id and not seq.params.ignore_eos
+        stop = eos or token in seq.params.stop_token_ids
         if stop or len(seq.output) >= seq.params.max_tokens:
             self._finish(seq, FinishReason.STOP if stop else FinishReason.LENGTH)
 

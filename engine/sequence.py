@@ -31,6 +31,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False  # benchmarks: always generate max_tokens
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
