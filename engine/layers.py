@@ -19,8 +19,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, batch_invariant: bool) -> torch.Ten
     """x [N,in], w [out,in] -> [N,out]."""
     if not batch_invariant:
         return F.linear(x, w)
-    n = x.shape[0]
-    return torch.bmm(x[:, None, :], w.T.expand(n, *w.T.shape)).squeeze(1)
+    wt = w.T  # [in,out]
+    return torch.bmm(x.unsqueeze(1), wt.expand(x.shape[0], -1, -1)).squeeze(1)
 
 
 @dataclass(frozen=True)
@@ -35,26 +35,47 @@ class AttnInputs:
     w: torch.Tensor  # [N,Hi] index head weights
 
 
+@dataclass(frozen=True)
+class Rope:
+    """RoPE rows for N positions, gathered once per batch and shared by every layer."""
+
+    cos: torch.Tensor  # [N,1,D/2]
+    sin: torch.Tensor  # [N,1,D/2]
+    icos: torch.Tensor  # [N,Di/2]
+    isin: torch.Tensor  # [N,Di/2]
+
+
+def rope_rows(model: TinyDeepSeek, positions: torch.Tensor) -> Rope:
+    """positions [N] -> the cos/sin table rows of the attention and index heads."""
+    def rows(table: torch.Tensor) -> torch.Tensor:
+        return table.index_select(0, positions)
+
+    return Rope(rows(model.cos)[:, None], rows(model.sin)[:, None], rows(model.icos),
+                rows(model.isin))
+
+
 def embed(model: TinyDeepSeek, tokens: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     """tokens, prev [N] -> x [N,d]."""
-    return model.tok_emb.weight[tokens] + model.prev_emb.weight[prev]
+    tok, prev_w = model.tok_emb.weight, model.prev_emb.weight
+    return tok.index_select(0, tokens) + prev_w.index_select(0, prev)
 
 
-def attn_inputs(model: TinyDeepSeek, layer: Layer, x: torch.Tensor, positions: torch.Tensor,
-                batch_invariant: bool) -> AttnInputs:
+def attn_inputs(model: TinyDeepSeek, layer: Layer, x: torch.Tensor,
+                positions: torch.Tensor | Rope, batch_invariant: bool) -> AttnInputs:
+    """x [N,d] at ``positions [N]`` (or their precomputed ``Rope`` rows) -> projections."""
     cfg = model.cfg
     n = x.shape[0]
+    rope = positions if isinstance(positions, Rope) else rope_rows(model, positions)
     h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
     qkv = linear(h, layer.wqkv.weight, batch_invariant).view(n, 3, cfg.n_heads, cfg.head_dim)
-    cos, sin = model.cos[positions, None], model.sin[positions, None]
-    q = apply_rope(qkv[:, 0], cos, sin)
-    k = apply_rope(qkv[:, 1], cos, sin)
-    icos, isin = model.icos[positions], model.isin[positions]
-    qi = linear(h, layer.idx_q.weight, batch_invariant).view(n, cfg.index_heads, cfg.index_dim)
-    qi = apply_rope(qi, icos[:, None], isin[:, None])
-    ki = apply_rope(linear(h, layer.idx_k.weight, batch_invariant), icos, isin)
+    qk = apply_rope(qkv[:, :2], rope.cos[:, None], rope.sin[:, None])  # [N,2,H,D]
+    hi = cfg.index_heads
+    qi = linear(h, layer.idx_q.weight, batch_invariant).view(n, hi, cfg.index_dim)
+    ki = linear(h, layer.idx_k.weight, batch_invariant)  # [N,Di]
+    qki = apply_rope(torch.cat([qi, ki[:, None]], 1), rope.icos[:, None], rope.isin[:, None])
     w = linear(h, layer.idx_w.weight, batch_invariant)
-    return AttnInputs(q=q, k=k, v=qkv[:, 2].contiguous(), qi=qi, ki=ki, w=w)
+    return AttnInputs(q=qk[:, 0], k=qk[:, 1], v=qkv[:, 2].contiguous(), qi=qki[:, :hi],
+                      ki=qki[:, hi], w=w)
 
 
 def finish_layer(model: TinyDeepSeek, layer: Layer, x: torch.Tensor, o: torch.Tensor,

@@ -59,26 +59,35 @@ class ModelRunner:
         self.before_layer: LayerHook | None = None
 
     def prepare(self, batch: Batch) -> BatchInputs:
-        S = self.pool.page_size
-        tok, prev, pos, slots, rows, sample_rows = [], [], [], [], [], []
-        width = max(len(it.seq.pages) for it in batch.items)
-        for it in batch.items:
-            ids = it.seq.tokens
-            table = it.seq.pages + [0] * (width - len(it.seq.pages))
-            for p in range(it.start, it.start + it.num_tokens):
-                tok.append(ids[p])
-                prev.append(ids[p - 1] if p > 0 else 0)
-                pos.append(p)
-                slots.append(it.seq.pages[p // S] * S + p % S)
-                rows.append(table)
+        """Flattens ``batch``: list slices per item (no per-token Python loop), then torch.
+
+        The page table is only as wide as the pages holding keys visible to some token.
+        """
+        S, dev = self.pool.page_size, self.device
+        items = batch.items
+        width = max(-(-(it.start + it.num_tokens) // S) for it in items)
+        tok, prev, pos, item_of, tables, sample_rows = [], [], [], [], [], []
+        for i, it in enumerate(items):
+            ids, a, b = it.seq.tokens, it.start, it.start + it.num_tokens
+            tok += ids[a:b]
+            prev += ids[a - 1:b - 1] if a > 0 else [0] + ids[:b - 1]
+            pos += range(a, b)
+            item_of += [i] * it.num_tokens
+            if len(it.seq.pages) * S < b:
+                raise ValueError(f"{it.seq.rid}: {len(it.seq.pages)} pages cannot hold {b} tokens")
+            pages = it.seq.pages[:width]
+            tables.append(pages + [0] * (width - len(pages)))
             if it.sample:
                 sample_rows.append(len(tok) - 1)
 
         def t(x, dtype=torch.long):
-            return torch.tensor(x, dtype=dtype, device=self.device)
+            return torch.tensor(x, dtype=dtype, device=dev)
 
-        positions = t(pos)
-        return BatchInputs(t(tok), t(prev), positions, t(slots), t(rows, torch.int32),
+        positions = t(pos)  # [N]
+        page_table = t(tables, torch.int32).index_select(0, t(item_of))  # [N,W]
+        page = torch.gather(page_table, 1, (positions // S)[:, None]).view(-1)  # [N]
+        slots = page.long() * S + positions % S  # [N]
+        return BatchInputs(t(tok), t(prev), positions, slots, page_table,
                            (positions + 1).to(torch.int32), t(sample_rows))
 
     @torch.no_grad()
@@ -86,27 +95,29 @@ class ModelRunner:
         """Returns logits [R,V] for the sampled rows, in batch order."""
         m, bi, k = self.model, self.cfg.batch_invariant, self.kernels
         inp = self.prepare(batch)
+        rope = layers.rope_rows(m, inp.positions)
+        all_jobs = [j for it in batch.items for j in it.seq.load_jobs]
+        skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
         x = layers.embed(m, inp.tokens, inp.prev)
         for li, layer in enumerate(m.layers):
-            a = layers.attn_inputs(m, layer, x, inp.positions, bi)
+            a = layers.attn_inputs(m, layer, x, rope, bi)
             self.pool.write_kv(li, inp.slots, a.k, a.v)
             qk = k.quantize_index_k(a.ki, self.cfg.index_k_dtype)
             self.pool.write_index_k(li, inp.slots, qk.values, qk.scale)
             if self.before_layer is not None:
                 self.before_layer(li, batch)
-            jobs = [j for it in batch.items for j in it.seq.load_jobs if not j.done]
-            self._gate(jobs, li, index_path=True)
+            jobs = [j for j in all_jobs if not j.done]
+            self._gate(jobs, li, True, skip_index_wait)
             topk = k.indexer_topk(a.qi, a.w, self.pool.index_k[li], self.pool.index_k_scale[li],
                                   inp.page_table, inp.seq_lens, m.cfg.index_topk)
-            self._gate(jobs, li, index_path=False)
+            self._gate(jobs, li, False, skip_index_wait)
             o = k.sparse_attention(a.q, self.pool.k[li], self.pool.v[li], inp.page_table, topk,
                                    m.cfg.head_dim ** -0.5)
             x = layers.finish_layer(m, layer, x, o, bi)
-        return layers.logits(m, x[inp.sample_rows], bi)
+        return layers.logits(m, x.index_select(0, inp.sample_rows), bi)
 
-    def _gate(self, jobs: list, layer: int, index_path: bool) -> None:
+    def _gate(self, jobs: list, layer: int, index_path: bool, skip_index_wait: bool) -> None:
         """Per-layer HiCache wait. The index-K read waits too unless the no-wait patch is on."""
-        skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
         for job in jobs:
             if index_path and skip_index_wait:
                 job.note_read(layer, self.pool)

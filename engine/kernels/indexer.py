@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine.kernels.index_k_quant import kernel_view, load_f32, storage_kind
+from engine.kernels.index_k_quant import kernel_view, load_f32, storage_kind, upcast_f32
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,9 @@ def select_topk(scores: torch.Tensor, k: int) -> TopK:
     length = (scores > float("-inf")).sum(dim=-1).clamp_max(kk)  # [N]
     keep = torch.arange(kk, device=scores.device)[None, :] < length[:, None]  # [N,kk]
     chosen = torch.sort(torch.where(keep, order, s), dim=-1).values  # [N,kk]
-    pos = torch.zeros((n, k), dtype=torch.int32, device=scores.device)  # [N,k]
-    pos[:, :kk] = torch.where(keep, chosen, 0).to(torch.int32)
+    pos = torch.where(keep, chosen, 0).to(torch.int32)  # [N,kk]
+    if kk < k:
+        pos = torch.cat([pos, pos.new_zeros((n, k - kk))], dim=1)  # [N,k]
     return TopK(pos=pos, length=length.to(torch.int32))
 
 
@@ -113,16 +114,49 @@ def _check_strides(**tensors: torch.Tensor) -> None:
             raise ValueError(f"{name} needs unit stride on its last dim, got strides {t.stride()}")
 
 
+def _row_groups(page_table: torch.Tensor, seq_lens: torch.Tensor):
+    """Runs of consecutive rows with identical page-table rows (a sequence's tokens).
+
+    Returns ``first [G]`` (each group's first row), ``group [N]`` (each row's group; None when
+    ``N <= 1``) and ``group_len [G]`` (the longest ``seq_lens`` in the group). Reads ``G`` on
+    the host.
+    """
+    n = page_table.shape[0]
+    if n <= 1:
+        return torch.arange(n, device=page_table.device), None, seq_lens
+    starts = torch.ones(n, dtype=torch.bool, device=page_table.device)  # [N]
+    starts[1:] = (page_table[1:] != page_table[:-1]).any(dim=1)
+    group = torch.cumsum(starts, 0) - 1  # [N]
+    first = torch.nonzero(starts).view(-1)  # [G]
+    group_len = torch.zeros(first.shape[0], dtype=seq_lens.dtype, device=seq_lens.device)
+    group_len.scatter_reduce_(0, group, seq_lens, "amax")  # [G]
+    return first, group, group_len
+
+
 def gather_index_keys(index_k, index_k_scale, page_table, seq_lens):
-    """Dequantized keys ``[N,S_max,Di]`` fp32 and valid mask ``[N,S_max]``; S_max = max_pages*S."""
-    page_size = index_k.shape[1]
-    s_max = page_table.shape[1] * page_size
+    """Dequantized keys ``[N,S_max,Di]`` fp32 and valid mask ``[N,S_max]``; S_max = max_pages*S.
+
+    Rows that share a page table (consecutive rows of one sequence) share one dequantized copy:
+    the result is an expanded view when every row does. Keys at invalid positions are
+    arbitrary (callers mask them); valid ones are ``dequant(index_k)`` bit for bit.
+    """
+    n, width = page_table.shape
+    page_size, di = index_k.shape[1], index_k.shape[2]
+    s_max = width * page_size
     p = torch.arange(s_max, device=page_table.device)  # [S_max]
     valid = p[None, :] < seq_lens[:, None].long()  # [N,S_max]
-    pages = torch.where(valid, page_table[:, p // page_size].long(), 0)  # [N,S_max]
-    slots = (p % page_size)[None, :].expand_as(pages)  # [N,S_max]
-    keys = index_k[pages, slots].float() * index_k_scale[pages, slots][..., None]  # [N,S_max,Di]
-    return keys, valid
+    first, group, group_len = _row_groups(page_table, seq_lens)
+    col = torch.arange(width, device=page_table.device) * page_size  # [W]
+    used = col[None, :] < group_len[:, None].long()  # [G,W] pages holding a visible position
+    pages = torch.where(used, page_table.index_select(0, first), 0).long().view(-1)  # [G*W]
+    values = upcast_f32(index_k.index_select(0, pages))  # [G*W,S,Di]
+    scale = index_k_scale.index_select(0, pages)  # [G*W,S]
+    keys = (values * scale[..., None]).view(first.shape[0], s_max, di)  # [G,S_max,Di]
+    if keys.shape[0] == n:
+        return keys, valid
+    if keys.shape[0] == 1:
+        return keys.expand(n, s_max, di), valid
+    return keys.index_select(0, group), valid
 
 
 def indexer_topk_ref(q_idx: torch.Tensor, w: torch.Tensor, index_k: torch.Tensor,

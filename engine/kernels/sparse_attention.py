@@ -42,12 +42,13 @@ def attend_selected(q: torch.Tensor, k_sel: torch.Tensor, v_sel: torch.Tensor,
     logits = (k_sel * q[:, None]).sum(dim=-1) * scale  # [N,K,H]
     logits = logits.masked_fill(~valid[:, :, None], float("-inf"))
     m = logits.amax(dim=1, keepdim=True) if logits.shape[1] > 0 else logits[:, :1]  # [N,1,H]
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    m = torch.where(torch.isfinite(m), m, 0.0)
     p = torch.exp(logits - m)  # [N,K,H], 0 where invalid
     denom = p.sum(dim=1)  # [N,H]
     acc = (p[..., None] * v_sel).sum(dim=1)  # [N,H,D]
-    safe = torch.where(denom > 0, denom, torch.ones_like(denom))  # [N,H]
-    return torch.where(denom[..., None] > 0, acc / safe[..., None], torch.zeros_like(acc))
+    some = denom > 0  # [N,H]
+    safe = torch.where(some, denom, 1.0)  # [N,H]
+    return torch.where(some[..., None], acc / safe[..., None], 0.0)
 
 
 def _check_inputs(q, k_cache, v_cache, page_table, topk, scale) -> None:
@@ -82,13 +83,23 @@ def _check_inputs(q, k_cache, v_cache, page_table, topk, scale) -> None:
 
 
 def gather_selected(k_cache, v_cache, page_table, topk):
-    """Selected K/V upcast to fp32 ``[N,K,H,D]`` each, and the valid mask ``[N,K]``."""
+    """Selected K/V upcast to fp32 ``[N,K,H,D]`` each, and the valid mask ``[N,K]``.
+
+    Entries past ``length`` read slot 0 of page 0 (never dereferenced by callers).
+    """
     pos = topk.pos.long()  # [N,K]
+    n, kk = pos.shape
     page_size = k_cache.shape[1]
-    valid = torch.arange(pos.shape[1], device=pos.device)[None, :] < topk.length[:, None]
-    pages = torch.where(valid, torch.gather(page_table.long(), 1, pos // page_size), 0)  # [N,K]
-    slots = torch.where(valid, pos % page_size, 0)  # [N,K]
-    return k_cache[pages, slots].float(), v_cache[pages, slots].float(), valid
+    valid = torch.arange(kk, device=pos.device)[None, :] < topk.length[:, None]  # [N,K]
+    pages = torch.gather(page_table.long(), 1, pos // page_size)  # [N,K]
+    flat = torch.where(valid, pages * page_size + pos % page_size, 0).view(-1)  # [N*K]
+    shape = (n, kk, *k_cache.shape[2:])
+
+    def take(cache: torch.Tensor) -> torch.Tensor:
+        rows = cache.reshape(-1, *cache.shape[2:])  # [P*S,H,D]
+        return rows.index_select(0, flat).view(shape).float()  # [N,K,H,D]
+
+    return take(k_cache), take(v_cache), valid
 
 
 def sparse_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
