@@ -34,11 +34,15 @@ def serve(argv: list[str]) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="EngineConfig overrides, e.g. index_k_dtype=bf16 patches=a,b "
                          'faults=\'{"seed": 1}\'')
+    ap.add_argument("--overlap-schedule", action="store_true",
+                    help="alias of --set patches=overlap_schedule (added to any other patches)")
     ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
     ap.add_argument("--max-transfer-queue", type=int, default=32)
     ap.add_argument("--waiting-timeout-s", type=float, default=30.0)
     args = ap.parse_args(argv)
     cfg = EngineConfig.from_dict(parse_overrides(args.set))
+    if args.overlap_schedule:
+        cfg = cfg.replace(patches=cfg.patches | {"overlap_schedule"})
     engine, app = build(args, cfg)
     engine.start()
     try:

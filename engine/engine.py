@@ -2,7 +2,9 @@
 
 Thread model: ``submit`` and ``abort`` may be called from any thread; they only enqueue. The loop
 thread owns the scheduler, pools and model; it delivers ``TokenEvent``s through each request's
-sink (which must be cheap and thread-safe, e.g. ``loop.call_soon_threadsafe``).
+sink (which must be cheap and thread-safe, e.g. ``loop.call_soon_threadsafe``). With the
+``overlap_schedule`` patch the model forward runs on a worker thread instead, one step ahead of
+the result processing (``engine.overlap``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.hicache import HiRadixCache
 from engine.kv_pool import KVPool, PageAllocator
 from engine.model import TinyDeepSeek, load_model
 from engine.model_runner import ModelRunner, StepOutput
+from engine.overlap import OverlapLoop
 from engine.radix_cache import RadixCache
 from engine.scheduler import Scheduler
 from engine.sequence import FinishReason, Sequence, Status, TokenEvent
@@ -66,6 +69,7 @@ class Engine:
         self.idle_wait_s = 0.05
         self.captures = CaptureRing(cfg.debug_capture)
         self.rid_of_room: dict[int, str] = {}
+        self.overlap = OverlapLoop(self) if cfg.has("overlap_schedule") else None
 
     def _make_cache(self) -> RadixCache:
         if self.cfg.hicache:
@@ -107,7 +111,9 @@ class Engine:
 
     def _abort(self, rid: str) -> None:
         seq = self.scheduler.find(rid)
-        if seq is not None:
+        if seq is not None and self.overlap is not None:
+            self.overlap.abort(seq)
+        elif seq is not None:
             self._finish(seq, FinishReason.ABORT)
 
     def call_soon(self, fn) -> None:
@@ -125,7 +131,13 @@ class Engine:
         seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached))
 
     def step(self) -> StepOutput | None:
-        """Runs one scheduling step; returns None when there was nothing to run."""
+        """Runs one scheduling step; returns None when there was nothing to run.
+
+        With overlap scheduling the step's forward is still running when it returns; its results
+        are processed by the next step (``OverlapLoop.step``).
+        """
+        if self.overlap is not None:
+            return self.overlap.step()
         self._drain_inbox()
         self.poll()
         batch = self.scheduler.schedule()
@@ -168,6 +180,8 @@ class Engine:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.overlap is not None:
+            self.overlap.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -7,7 +7,7 @@ over the selection, and samples one token for every item with ``sample=True``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -58,10 +58,12 @@ class ModelRunner:
         self.device = torch.device(cfg.device)
         self.before_layer: LayerHook | None = None
 
-    def prepare(self, batch: Batch) -> BatchInputs:
+    def prepare(self, batch: Batch, future: Mapping[Sequence, int] | None = None) -> BatchInputs:
         """Flattens ``batch``: list slices per item (no per-token Python loop), then torch.
 
         The page table is only as wide as the pages holding keys visible to some token.
+        ``future`` (overlap scheduling) maps a sequence to its sampled but not yet processed
+        token, which is the token at position ``len(seq.tokens)``.
         """
         S, dev = self.pool.page_size, self.device
         items = batch.items
@@ -69,6 +71,8 @@ class ModelRunner:
         tok, prev, pos, item_of, tables, sample_rows = [], [], [], [], [], []
         for i, it in enumerate(items):
             ids, a, b = it.seq.tokens, it.start, it.start + it.num_tokens
+            if future and it.seq in future:
+                ids = ids + [future[it.seq]]
             tok += ids[a:b]
             prev += ids[a - 1:b - 1] if a > 0 else [0] + ids[:b - 1]
             pos += range(a, b)
@@ -91,10 +95,10 @@ class ModelRunner:
                            (positions + 1).to(torch.int32), t(sample_rows))
 
     @torch.no_grad()
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """Returns logits [R,V] for the sampled rows, in batch order."""
+    def forward(self, batch: Batch, inputs: BatchInputs | None = None) -> torch.Tensor:
+        """Returns logits [R,V] for the sampled rows, in batch order (``inputs``: prepared)."""
         m, bi, k = self.model, self.cfg.batch_invariant, self.kernels
-        inp = self.prepare(batch)
+        inp = self.prepare(batch) if inputs is None else inputs
         rope = layers.rope_rows(m, inp.positions)
         all_jobs = [j for it in batch.items for j in it.seq.load_jobs]
         skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
@@ -124,8 +128,8 @@ class ModelRunner:
             elif index_path or skip_index_wait:
                 job.wait(layer)
 
-    def run(self, batch: Batch) -> StepOutput:
-        logits = self.forward(batch)
+    def run(self, batch: Batch, inputs: BatchInputs | None = None) -> StepOutput:
+        logits = self.forward(batch, inputs)
         sampled_items = [it for it in batch.items if it.sample]
         out = tuple(SampledToken(it.seq, sample(logits[i], it.seq))
                     for i, it in enumerate(sampled_items))

@@ -52,6 +52,9 @@ class Scheduler:
         self.cache = cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        # PD prefill with overlap scheduling: never decode (a prefill sequence ends at its first
+        # token, which that mode processes a step late).
+        self.prefill_only = False
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -87,7 +90,7 @@ class Scheduler:
         budget = self.cfg.max_batch_tokens
         items: list[ScheduledSeq] = []
         for seq in self.running:
-            if not seq.in_prefill and budget > 0:
+            if not seq.in_prefill and budget > 0 and not self.prefill_only:
                 items.append(ScheduledSeq(seq, seq.num_computed, 1, sample=True))
                 budget -= 1
         while self.waiting and len(self.running) < self.cfg.max_running:

@@ -41,6 +41,9 @@ class PrefillEngine(Engine):
     def __init__(self, cfg, name: str, sender_workers: int = 2,
                  bootstrap_timeout_s: float = 30.0) -> None:
         super().__init__(cfg)
+        # A prefill request ends at its first token (max_tokens=1). With overlap scheduling that
+        # token is processed a step late; like SGLang's PD prefill loop, never decode meanwhile.
+        self.scheduler.prefill_only = self.overlap is not None
         self.aux = torch.zeros((sender_workers, AUX_WORDS), dtype=torch.int64)
         buffers = {**self.pool.buffers(), "aux": self.aux}
         self.endpoint = TransferEndpoint(name, buffers,
