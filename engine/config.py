@@ -92,7 +92,7 @@ class EngineConfig:
     max_new_tokens: int = 512
     prefix_cache: bool = True
     batch_invariant: bool = True
-    threads: int = 0
+    threads: int = 1  # torch threads per engine; 1 avoids oversubscription on small CPUs
     patches: frozenset[str] = frozenset()
     hicache: bool = False
     hicache_host_pages: int = 4096

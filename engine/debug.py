@@ -1,8 +1,11 @@
 """Debug endpoints: loopback-only and token-protected views into queues, transfers and buffers.
 
-Buffer dumps are safetensors blobs of a request's pages in logical token order:
-``tokens [T]``, ``layer{i}.k|v [T,H,D]``, ``layer{i}.index_k [T,Di]`` (storage dtype),
-``layer{i}.index_k_scale [T]`` and ``layer{i}.index_k_f32 [T,Di]`` (dequantized).
+Buffer dumps are safetensors blobs of a request's pages in logical token order: ``tokens [T]``,
+``num_cached [1]`` (prefix tokens reused from the cache), ``layer{i}.k|v [T,H,D]``,
+``layer{i}.index_k [T,Di]`` (storage dtype), ``layer{i}.index_k_scale [T]`` and
+``layer{i}.index_k_f32 [T,Di]`` (dequantized). A request whose prefix came back from HiCache also
+has ``layer{i}.index_k_read_f32 [T,Di]``: index-K as its indexer read it (the stale content of
+pages read before their layer landed, else the stored content).
 Finished requests stay dumpable from a bounded capture ring (``debug_capture`` entries).
 """
 
@@ -30,14 +33,35 @@ def snapshot_buffers(engine, seq) -> dict[str, torch.Tensor]:
     slots = torch.tensor(seq.pages, dtype=torch.long)[pos // S] * S + pos % S if T else pos
     deq = get_kernels("torch").dequantize_index_k
     out = {"tokens": torch.tensor(seq.tokens[:T], dtype=torch.int64),
-           "pages": torch.tensor(seq.pages, dtype=torch.int64)}
+           "pages": torch.tensor(seq.pages, dtype=torch.int64),
+           "num_cached": torch.tensor([seq.num_cached], dtype=torch.int64)}
     for li in range(pool.k.shape[0]):
         flat = {n: t[li].reshape(-1, *t.shape[3:]) for n, t in pool.buffers().items()}
         for name, t in flat.items():
             out[f"layer{li}.{name}"] = t[slots].clone()
         out[f"layer{li}.index_k_f32"] = deq(out[f"layer{li}.index_k"],
                                             out[f"layer{li}.index_k_scale"])
+        if seq.load_jobs:
+            out[f"layer{li}.index_k_read_f32"] = index_k_as_read(seq, li, out, deq)
     return out
+
+
+def index_k_as_read(seq, layer: int, out: dict[str, torch.Tensor], deq) -> torch.Tensor:
+    """Stored index-K of ``layer`` [T,Di] with the stale reads of loaded pages substituted."""
+    read = out[f"layer{layer}.index_k_f32"].clone()  # [T,Di]
+    T = read.shape[0]
+    where = {page: i for i, page in enumerate(seq.pages)}
+    for job in seq.load_jobs:
+        snap = job.stale_snapshots.get(layer)
+        if snap is None:
+            continue
+        n_pages, S, Di = snap.values.shape
+        seen = deq(snap.values.reshape(-1, Di), snap.scale.reshape(-1)).view(n_pages, S, Di)
+        for n, page in enumerate(job.device_pages):
+            lo = where.get(page, T // S + 1) * S
+            if lo < T:
+                read[lo:lo + S] = seen[n, : min(S, T - lo)]
+    return read
 
 
 class CaptureRing:

@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 _job_ids = itertools.count(1)
 
 
+@dataclass(frozen=True)
+class StaleRead:
+    """Index-K of a job's device pages as a reader saw them before the layer landed."""
+
+    values: torch.Tensor  # [n,S,Di] storage dtype
+    scale: torch.Tensor  # [n,S] fp32
+
+
 @dataclass(eq=False)
 class LoadJob:
     """Host->device copy of ``host_pages[i] -> device_pages[i]`` for every layer."""
@@ -36,7 +44,7 @@ class LoadJob:
     job_id: int = field(default_factory=lambda: next(_job_ids))
     done_layers: int = 0
     stale_reads: list[int] = field(default_factory=list)
-    stale_snapshots: dict[int, torch.Tensor] = field(default_factory=dict)
+    stale_snapshots: dict[int, StaleRead] = field(default_factory=dict)
     rids: set[str] = field(default_factory=set)
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -54,8 +62,9 @@ class LoadJob:
         """Records a read of ``layer`` before its load finished, with the index-K it saw."""
         if self.done_layers <= layer:
             self.stale_reads.append(layer)
-            pages = torch.tensor(self.device_pages)
-            self.stale_snapshots[layer] = pool.index_k[layer, pages].clone()  # [n,S,Di]
+            pages = torch.tensor(self.device_pages, device=pool.index_k.device)
+            self.stale_snapshots.setdefault(layer, StaleRead(pool.index_k[layer, pages].clone(),
+                                                    pool.index_k_scale[layer, pages].clone()))
 
     def _advance(self) -> None:
         with self.cond:

@@ -188,3 +188,15 @@ def test_rejects_bad_candidates():
         bisect(["a", "a"], lambda c, s: True)
     with pytest.raises(ValueError):
         fixed_repeat_bisect([], lambda c, s: True)
+
+
+def test_trace_holds_the_posterior_after_every_trial():
+    result = bisect(CANDIDATES, culprit_trial(5, 0.3), seed=5)
+    trace = result.trace
+    assert trace.columns == ["step", "candidate", "probability"]
+    assert trace["step"].n_unique() == result.trials_spent + 1
+    sums = trace.group_by("step").agg(pl.col("probability").sum())["probability"]
+    assert all(abs(x - 1.0) < 1e-9 for x in sums)
+    final = trace.filter(pl.col("step") == result.trials_spent)
+    assert dict(zip(final["candidate"], final["probability"], strict=True)) == \
+        pytest.approx(result.posterior)

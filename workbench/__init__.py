@@ -1,6 +1,6 @@
 """PD Workbench probes: launch PD pairs, inject concurrency, dump and diff buffers, bisect."""
 
-from workbench.bisect import BisectResult, bisect, fixed_repeat_bisect
+from workbench.bisect import BisectResult, bisect, default_repeats, fixed_repeat_bisect
 from workbench.buffers import (
     BufferDiff,
     BufferDump,
@@ -29,7 +29,7 @@ __all__ = [
     "DEFAULT_SERIES", "EMBEDDED", "SGLANG", "VLLM", "BisectResult", "BufferDiff", "BufferDump",
     "CachedTrial", "DdminResult", "LaunchError", "LaunchSpec", "LoadResult", "LoadSummary",
     "PDPair", "QueueSampler", "ReferenceBuffers", "TemplateBackend", "Trial", "TrialStore",
-    "bisect", "bisect_patch_series", "ddmin", "diff_against_reference", "dump_buffers",
+    "bisect", "bisect_patch_series", "ddmin", "default_repeats", "diff_against_reference", "dump_buffers",
     "fixed_repeat_bisect", "inject_concurrency", "launch_pd_pair", "load_dump",
     "series_candidates", "snapshot_queues", "wilson",
 ]

@@ -56,6 +56,8 @@ class BisectResult:
     no_culprit_probability: float = 0.0
     converged: bool = True
     method: str = "bayes"
+    trace: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
+    """Posterior after every trial, long form: ``step, candidate, probability``."""
 
 
 class _LogBeta:
@@ -183,14 +185,24 @@ class _History:
 
     def __init__(self) -> None:
         self.cols: dict[str, list] = {c: [] for c in _HISTORY_SCHEMA}
+        self.posts: list[np.ndarray] = []
 
     def add(self, candidate: str, failed: bool, post: np.ndarray) -> None:
         row = (len(self.cols["step"]) + 1, candidate, failed, float(post.max()), entropy_bits(post))
         for column, value in zip(self.cols.values(), row, strict=True):
             column.append(value)
+        self.posts.append(post.copy())
 
     def frame(self) -> pl.DataFrame:
         return pl.DataFrame(self.cols, schema=_HISTORY_SCHEMA)
+
+    def trace(self, candidates: Sequence[str], prior: np.ndarray) -> pl.DataFrame:
+        posts = [prior, *self.posts]
+        n = len(candidates)
+        return pl.DataFrame({
+            "step": np.repeat(np.arange(len(posts)), n),
+            "candidate": list(candidates) * len(posts),
+            "probability": np.concatenate([p[:n] for p in posts]).astype(float)})
 
 
 def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, seed: int,
@@ -206,7 +218,8 @@ def _result(candidates: Sequence[str], model: _Posterior, post: np.ndarray, pick
         candidates[pick] if pick < n else None,
         {c: float(p) for c, p in zip(candidates, post[:n], strict=True)},
         float(post[pick]), spent, *model.rates(post), history.frame(),
-        float(post[n]) if post.size > n else 0.0, converged, method)
+        float(post[n]) if post.size > n else 0.0, converged, method,
+        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)))
     log.info("%s bisect: culprit=%s confidence=%.4f trials=%d converged=%s", method,
              result.culprit, result.confidence, spent, converged)
     return result

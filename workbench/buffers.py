@@ -22,7 +22,7 @@ from engine.reference import Reference
 from workbench.launch import PDPair
 
 log = logging.getLogger(__name__)
-WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",)}
+WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",), "index_k_read": ("index_k_read_f32",)}
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class BufferDump:
     source: str
     tokens: list[int]
     tensors: dict[str, torch.Tensor]
+    num_cached: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -40,24 +41,26 @@ class BufferDump:
     def save(self, path: str | Path) -> Path:
         from safetensors.torch import save_file
 
-        save_file({**self.tensors, "tokens": torch.tensor(self.tokens)}, str(path),
+        save_file({**self.tensors, "tokens": torch.tensor(self.tokens),
+                   "num_cached": torch.tensor([self.num_cached])}, str(path),
                   metadata={"source": self.source})
         return Path(path)
 
 
-def parse_dump(blob: bytes, source: str, what=("kv", "index_k")) -> BufferDump:
+def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read")) -> BufferDump:
     raw = st_load(blob)
     names = {n for w in what for n in WHAT[w]}
     keep = {k: v for k, v in raw.items() if k.split(".", 1)[-1] in names}
-    return BufferDump(source, raw["tokens"].tolist(), keep)
+    cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0
+    return BufferDump(source, raw["tokens"].tolist(), keep, cached)
 
 
-def load_dump(path: str | Path, what=("kv", "index_k")) -> BufferDump:
+def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> BufferDump:
     return parse_dump(Path(path).read_bytes(), str(path), what)
 
 
 def dump_buffers(pair: PDPair, room: int | None = None, rid: str | None = None,
-                 what=("kv", "index_k"), role: str = "decode") -> BufferDump:
+                 what=("kv", "index_k", "index_k_read"), role: str = "decode") -> BufferDump:
     """Fetches a live or captured request's buffers from the ``role`` server of ``pair``."""
     unknown = set(what) - set(WHAT)
     if unknown:
@@ -89,7 +92,7 @@ class ReferenceBuffers:
         out = {}
         for i, lb in enumerate(self.ref.forward(tokens).layers):
             out[f"layer{i}.k"], out[f"layer{i}.v"] = lb.k, lb.v
-            out[f"layer{i}.index_k_f32"] = lb.index_k
+            out[f"layer{i}.index_k_f32"] = out[f"layer{i}.index_k_read_f32"] = lb.index_k
         return out
 
 

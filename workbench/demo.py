@@ -1,6 +1,10 @@
-"""``make demo``: start the engine on the shipped model and run an agentic tool-call conversation.
+"""``make demo``: the flagship investigation end to end, written as HTML reports.
 
-The tools "execute" deterministically (a seeded result), so the run is replayable by ``--seed``.
+Runs notebook 01 (reproduce the tool-call corruption on the buggy variants, show it vanishes
+on the fixed ones) and notebook 02 (dump index-K at a failing request, diff it against the
+reference, localize the stale layer/positions) on the embedded engine, then prints where the
+reports are. ``--conversation`` instead starts one server on the shipped model and plays an
+agentic tool-call conversation (tools "execute" to seeded results, replayable by ``--seed``).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ import argparse
 import json
 import logging
 import tempfile
+import time
 from pathlib import Path
 
 import openai
@@ -49,19 +54,44 @@ def run_conversation(base_url: str, seed: int) -> list[dict]:
     return messages
 
 
+def conversation(seed: int, log_dir: Path) -> None:
+    srv = ServerProcess("engine", python_module("engine", "serve", "--port", "{port}"),
+                        log_dir).start()
+    try:
+        srv.wait_healthy()
+        run_conversation(srv.url, seed)
+    finally:
+        srv.stop()
+
+
+FLAGSHIP = ("01_reproduce_corruption.py", "02_localize_index_k.py")
+
+
+def investigation(out_dir: Path, seed: int) -> list[Path]:
+    """Executes the flagship notebooks; a finding that no longer holds fails the run."""
+    from workbench.report import run_report
+
+    nb_dir = Path(__file__).resolve().parent.parent / "notebooks"
+    t0 = time.monotonic()
+    reports = [run_report(nb_dir / name, {"seed": seed}, out_dir) for name in FLAGSHIP]
+    log.info("investigation done in %.0f s", time.monotonic() - t0)
+    return reports
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", type=Path, default=Path("reports"))
+    ap.add_argument("--conversation", action="store_true",
+                    help="play one agentic tool-call conversation instead")
     ap.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()) / "pdwb-demo")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    srv = ServerProcess("engine", python_module("engine", "serve", "--port", "{port}"),
-                        args.log_dir).start()
-    try:
-        srv.wait_healthy()
-        run_conversation(srv.url, args.seed)
-    finally:
-        srv.stop()
+    if args.conversation:
+        conversation(args.seed + 3, args.log_dir)
+        return
+    for html in investigation(args.out_dir, args.seed):
+        print(f"report: {html.resolve()}")
 
 
 if __name__ == "__main__":

@@ -73,3 +73,52 @@ def plot_latency(df: pl.DataFrame):
     ax.set_xlabel("seconds")
     ax.legend()
     return fig
+
+
+def plot_bursts(reps):
+    """Cumulative flagged requests against seconds since launch, one line per variant."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for rep in reps:
+        b = rep.bursts
+        ax.step([rep.launch_s, *b["t_s"].to_list()], [0, *b["flagged"].cum_sum().to_list()],
+                where="post", marker="o", label=rep.variant)
+    ax.set_xlabel("seconds since launch")
+    ax.set_ylabel("flagged requests (cumulative)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_posterior(result, steps: int = 6):
+    """Posterior over candidates after selected steps of a bisection (``result.trace``)."""
+    trace = result.trace
+    last = int(trace["step"].max()) if trace.height else 0
+    picks = sorted({round(i * last / max(steps - 1, 1)) for i in range(steps)})
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for step in picks:
+        g = trace.filter(pl.col("step") == step)
+        ax.plot(g["candidate"].to_list(), g["probability"].to_list(), marker="o",
+                label=f"after {step} trials")
+    ax.set_ylabel("P(first bad candidate)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_trial_timeline(history: pl.DataFrame):
+    """Which candidate each trial probed, failed trials in red, with the max posterior."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    names = list(dict.fromkeys(history["candidate"].to_list()))
+    y = [names.index(c) for c in history["candidate"]]
+    colors = ["tab:red" if f else "tab:green" for f in history["failed"]]
+    ax.scatter(history["step"], y, c=colors)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("trial")
+    twin = ax.twinx()
+    twin.plot(history["step"], history["max_posterior"], color="gray", linestyle=":")
+    twin.set_ylabel("max posterior")
+    twin.set_ylim(0, 1.02)
+    fig.tight_layout()
+    return fig

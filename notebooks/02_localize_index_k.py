@@ -1,0 +1,104 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 — Localize: dump index-K at the failing request and diff it against the reference
+#
+# Notebook 01 showed the corruption appears only with the suspect variants. Here we catch one
+# flagged request, pull the buffers the oracle captured for it on **both** servers, and
+# recompute every buffer on the no-cache reference path. The question: which buffer goes
+# wrong first — the stored KV, the stored index-K, or index-K *as the indexer read it* — at
+# which layer and which token positions?
+
+# %% tags=["parameters"]
+patches = ["hicache_index_k_no_wait", "bf16_index_k"]
+sessions = 6
+turns = 2
+max_tokens = 120
+seed = 0
+max_bursts = 6
+
+# %%
+import polars as pl
+
+from workbench import ReferenceBuffers, diff_against_reference, load_dump
+from workbench.investigate import flagged_requests, reproduce
+from workbench.plots import plot_diff_heatmap, plot_layer_errors
+
+pl.Config.set_tbl_rows(40)
+rep = reproduce(patches, sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed,
+                max_bursts=max_bursts, capture_dir="runs/02-captures")
+bad = flagged_requests(rep)
+bad
+
+# %%
+room = bad["room"][0]
+prefill = load_dump(rep.capture_of(room, "prefill"))
+decode = load_dump(rep.capture_of(room, "decode"))
+ref = ReferenceBuffers(rep.engine_config())
+print(f"room {room}: {len(prefill.tokens)} tokens, {prefill.num_cached} of them loaded back "
+      f"from the HiCache host tier")
+
+# %% [markdown]
+# ## Prefill side: stored buffers vs what the indexer read
+
+# %%
+d_pre = diff_against_reference(prefill, ref)
+d_pre.summary
+
+# %%
+plot_diff_heatmap(d_pre, "index_k_read_f32");
+
+# %%
+plot_diff_heatmap(d_pre, "k");
+
+# %%
+plot_layer_errors(d_pre);
+
+# %% [markdown]
+# ## Decode side: what arrived over NIXL
+
+# %%
+d_dec = diff_against_reference(decode, ref)
+d_dec.summary
+
+# %% [markdown]
+# ## Finding 1: the first bad buffer is index-K *as read*, at the first layer, over the loaded prefix
+# Stored K, V and index-K of the first bad layer equal the reference; only the indexer's view
+# of the pages still being loaded from host memory differs, and only inside the loaded prefix.
+
+# %%
+s = d_pre.summary
+first = s.filter(pl.col("layer") == d_pre.first_bad_layer)
+bad_first = set(first.filter(pl.col("bad_positions") > 0)["buffer"])
+assert bad_first == {"index_k_read_f32"}, first
+stale = d_pre.per_position[f"layer{d_pre.first_bad_layer}.index_k_read_f32"]
+stale_pos = (stale > 0).nonzero().flatten()
+assert 0 < len(stale_pos) and int(stale_pos.max()) < prefill.num_cached, (stale_pos,
+                                                                           prefill.num_cached)
+print(f"layer {d_pre.first_bad_layer}: index-K read stale at {len(stale_pos)} positions in "
+      f"[{int(stale_pos.min())}, {int(stale_pos.max())}], all inside the "
+      f"{prefill.num_cached}-token loaded prefix")
+
+# %% [markdown]
+# ## Finding 2: everything else is downstream
+# Stored KV / index-K differ only at positions computed in the raced step (after the loaded
+# prefix) and only in later layers; the decode received exactly those corrupted pages.
+
+# %%
+stored = s.filter(pl.col("buffer") != "index_k_read_f32", pl.col("bad_positions") > 0)
+assert stored.height > 0 and stored["layer"].min() > d_pre.first_bad_layer, stored
+assert (stored["first_bad_position"] >= prefill.num_cached).all(), stored
+dec_bad = d_dec.summary.filter(pl.col("bad_positions") > 0)
+assert dec_bad.height > 0 and (dec_bad["first_bad_position"] >= prefill.num_cached).all()
+assert "index_k_read_f32" not in set(d_dec.summary["buffer"]), "decode did not load from host"

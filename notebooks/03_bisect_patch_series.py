@@ -1,0 +1,81 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 — Bisect the patch series to the culprit
+#
+# The deployment picked up a series of patches one by one. Candidate *i* enables the first *i*
+# patches; `base` enables none. A trial launches (or reuses) a PD pair for the candidate, runs a
+# short seeded concurrency burst, and fails when any response differs from the single-request
+# reference. Failures are intermittent, so plain bisection would lie: this is Bayesian
+# change-point search (Beta-Bernoulli failure rate on the bad side, next probe minimising the
+# expected posterior entropy), stopping at the chosen confidence. Every trial is appended to a
+# SQLite store: re-running this notebook replays it, and a killed run resumes without
+# repeating or losing trials.
+
+# %% tags=["parameters"]
+series = ["bf16_index_k", "hicache_index_k_no_wait", "late_write_after_abort",
+          "abort_orphan_transfer_entry"]
+sessions = 4
+confidence = 0.9
+max_trials = 40
+seed = 0
+store = "runs/03-bisect.sqlite"
+
+# %%
+from pathlib import Path
+
+import polars as pl
+
+from workbench import bisect_patch_series, default_repeats, series_candidates
+from workbench.plots import plot_posterior, plot_trial_timeline
+
+Path(store).parent.mkdir(parents=True, exist_ok=True)
+print("candidates:", series_candidates(series))
+res = bisect_patch_series(series, store=store, sessions=sessions, confidence=confidence,
+                          seed=seed, max_trials=max_trials, log_dir="runs/03-logs")
+print(f"culprit {res.culprit} with posterior {res.confidence:.3f} after {res.trials_spent} "
+      f"trials; estimated failure rate {res.estimated_fail_rate_bad:.0%} per trial")
+
+# %%
+pl.DataFrame({"candidate": list(res.posterior), "posterior": list(res.posterior.values())})
+
+# %%
+plot_posterior(res);
+
+# %%
+plot_trial_timeline(res.history);
+
+# %%
+res.history
+
+# %% [markdown]
+# What a fixed-repeat bisection would have paid: to call a candidate good at the estimated
+# failure rate with 5% risk it needs `default_repeats(rate)` clean trials per probe.
+
+# %%
+import math
+
+per_probe = default_repeats(max(res.estimated_fail_rate_bad, 0.05))
+fixed_cost = per_probe * math.ceil(math.log2(len(series) + 1))
+print(f"fixed-repeat: ~{per_probe} trials per probe, ~{fixed_cost} in all; "
+      f"Bayesian: {res.trials_spent}")
+
+# %% [markdown]
+# ## Finding: the culprit is the patch that drops the index-K wait gate
+
+# %%
+added = res.culprit.lstrip("+").split("+")[-1] if res.culprit else None
+assert res.converged and res.confidence >= confidence, res
+assert added == "hicache_index_k_no_wait", res.culprit
+print(f"culprit patch: {added}")

@@ -1,0 +1,182 @@
+"""Investigation steps the notebooks call: reproduce a variant in seeded bursts, compare rates.
+
+``reproduce(patches, ...)`` launches a PD pair and runs seeded concurrency bursts (seeds
+``seed, seed+1, ...``) until ``stop_after_flags`` requests are flagged or ``max_bursts`` ran; the
+fixed variants are then run over the *same* seeds (``seeds=rep.seeds``), so a rate difference is
+a difference of code, not of load. ``wedge_probe`` asks whether a pair still serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import polars as pl
+
+from engine.config import EngineConfig
+from engine.datagen import make_transcript
+from workbench.concurrency import inject_concurrency, wilson
+from workbench.launch import LaunchSpec, PDPair, launch_pd_pair
+from workbench.series import RACE_ENGINE as SERIES_ENGINE
+from workbench.series import RACE_FAULTS
+
+log = logging.getLogger(__name__)
+
+RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
+BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """Bursts run on one variant. ``first_flag_s``: launch start to the first flagged burst's end.
+
+    Invariants: ``bursts`` has one row per seed in ``seeds`` (columns ``seed, requests, flagged,
+    leaked, mismatched, stale_reads, t_s``); ``requests`` concatenates the per-request frames of
+    every burst with a ``seed`` column; ``captures`` are dumps of flagged rooms (both sides).
+    """
+
+    variant: str
+    patches: tuple[str, ...]
+    seeds: tuple[int, ...]
+    bursts: pl.DataFrame
+    requests: pl.DataFrame
+    captures: tuple[Path, ...]
+    launch_s: float
+    first_flag_s: float | None
+    engine: dict
+    faults: dict
+
+    def engine_config(self) -> EngineConfig:
+        """The launched engine's configuration (for references and buffer diffs)."""
+        return LaunchSpec(self.patches, self.engine, self.faults).engine_config()
+
+    def capture_of(self, room: int, role: str = "prefill") -> Path:
+        """The dump captured for a flagged ``room`` on ``role`` (raises KeyError if none)."""
+        for path in self.captures:
+            if path.name == f"room-{room}-{role}.safetensors":
+                return path
+        raise KeyError(f"no {role} capture for room {room}; captured: "
+                       f"{sorted(p.name for p in self.captures)}")
+
+    @property
+    def flagged(self) -> int:
+        return int(self.bursts["flagged"].sum())
+
+
+def stale_reads(pair: PDPair) -> int:
+    """HiCache index-K reads that raced their layer's load, summed over the prefill servers."""
+    total = 0
+    for srv in pair.prefill:
+        jobs = pair.debug("/debug/hicache", srv)["jobs"]
+        total += sum(len(j["stale_reads"]) for j in jobs)
+    return total
+
+
+def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
+           capture_dir: Path | None) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
+    before = stale_reads(pair)
+    res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
+                             max_tokens=max_tokens, capture_dir=capture_dir, progress=False)
+    s = res.summary
+    row = {"seed": seed, "requests": s.completed, "flagged": s.flagged, "leaked": s.leaked,
+           "mismatched": s.ref_mismatch, "stale_reads": stale_reads(pair) - before}
+    log.info("burst seed=%d: %s", seed, row)
+    return row, res.requests.with_columns(pl.lit(seed).alias("seed")), res.captures
+
+
+def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
+              sessions: int = 6, turns: int = 2, max_tokens: int = 120, seed: int = 0,
+              seeds: Sequence[int] | None = None, max_bursts: int = 6,
+              stop_after_flags: int | None = 1, engine: dict | None = None,
+              faults: dict | None = None, capture_dir: str | Path | None = None,
+              log_dir: str | Path | None = None) -> Reproduction:
+    """Runs seeded bursts on a fresh PD pair; stops early once ``stop_after_flags`` flagged.
+
+    ``seeds`` (when given) fixes the bursts exactly and disables early stopping.
+    """
+    plan = list(seeds) if seeds is not None else [seed + i for i in range(max_bursts)]
+    stop = None if seeds is not None else stop_after_flags
+    cap = Path(capture_dir) if capture_dir else None
+    engine = dict(RACE_ENGINE if engine is None else engine)
+    faults = dict(RACE_FAULTS if faults is None else faults)
+    t0 = time.monotonic()
+    rows, frames, captures, first = [], [], [], None
+    with launch_pd_pair(patches=patches, engine=engine, faults=faults, log_dir=log_dir) as pair:
+        launch_s = time.monotonic() - t0
+        for s in plan:
+            row, df, files = _burst(pair, s, sessions, turns, max_tokens, cap)
+            rows.append({**row, "t_s": round(time.monotonic() - t0, 2)})
+            frames.append(df)
+            captures += files
+            if first is None and row["flagged"]:
+                first = rows[-1]["t_s"]
+            if stop is not None and sum(r["flagged"] for r in rows) >= stop:
+                break
+    name = variant or ("+".join(patches) if patches else "fixed")
+    return Reproduction(name, tuple(patches), tuple(r["seed"] for r in rows),
+                        pl.DataFrame(rows), pl.concat(frames, how="diagonal_relaxed"),
+                        tuple(captures), round(launch_s, 2), first, engine, faults)
+
+
+def rates_table(reps: Sequence[Reproduction]) -> pl.DataFrame:
+    """One row per variant: totals and the flagged fraction with its 95% Wilson interval."""
+    rows = []
+    for rep in reps:
+        b = rep.bursts
+        n, k = int(b["requests"].sum()), rep.flagged
+        lo, hi = wilson(k, n)
+        rows.append({"variant": rep.variant, "bursts": b.height, "requests": n, "flagged": k,
+                     "leaked": int(b["leaked"].sum()), "mismatched": int(b["mismatched"].sum()),
+                     "stale_reads": int(b["stale_reads"].sum()), "rate": k / n if n else 0.0,
+                     "lo": lo, "hi": hi})
+    return pl.DataFrame(rows)
+
+
+def flagged_requests(rep: Reproduction) -> pl.DataFrame:
+    """The flagged rows, with what the oracle saw (content, first differing token, verdicts)."""
+    cols = ["seed", "session", "turn", "kind", "room", "content", "v_first_diff", "v_leaked",
+            "v_well_formed", "v_ref_match"]
+    return rep.requests.filter(pl.col("flagged")).select(cols)
+
+
+def wedge_probe(pair: PDPair, timeout_s: float = 15.0, seed: int = 0) -> bool:
+    """True when a fresh 4-token request completes through the router within ``timeout_s``."""
+    tr = make_transcript(900_000 + seed)
+    body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+            "max_tokens": 4}
+    try:
+        r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=timeout_s)
+    except httpx.TimeoutException:
+        return False
+    return r.status_code == 200
+
+
+async def _kill_storm(url: str, n: int, kill_at_s: float, seed: int) -> int:
+    tr = make_transcript(800_000 + seed)
+    body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+            "max_tokens": 8, "stream": True}
+    killed = 0
+    async with httpx.AsyncClient(timeout=60) as client:
+        async def one(i: int) -> None:
+            nonlocal killed
+            try:
+                await asyncio.wait_for(client.post(url + "/v1/chat/completions", json=body),
+                                       kill_at_s + 0.05 * i)
+            except asyncio.TimeoutError:
+                killed += 1
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return killed
+
+
+def kill_storm(pair: PDPair, n: int = 5, kill_at_s: float = 0.8, seed: int = 0) -> int:
+    """Sends ``n`` streaming requests and disconnects each at ``kill_at_s + 0.05*i`` seconds.
+
+    Sized for a pair whose transfers are slowed (``transfer_fixed_ms``) so that the kills land
+    while the decode waits for KV. Returns how many clients were killed before completion.
+    """
+    return asyncio.run(_kill_storm(pair.url, n, kill_at_s, seed))
