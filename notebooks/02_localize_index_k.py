@@ -91,14 +91,29 @@ print(f"layer {d_pre.first_bad_layer}: index-K read stale at {len(stale_pos)} po
       f"{prefill.num_cached}-token loaded prefix")
 
 # %% [markdown]
-# ## Finding 2: everything else is downstream
-# Stored KV / index-K differ only at positions computed in the raced step (after the loaded
-# prefix) and only in later layers; the decode received exactly those corrupted pages.
+# ## Finding 2: everything else is downstream, and the transfer is exact
+# Stored KV / index-K differ only in layers after the first bad one (their inputs went through
+# attention over wrongly selected positions). The decode holds bit-for-bit what the prefill
+# stored for the prompt, so NIXL delivered the corruption faithfully; it did not create it.
 
 # %%
 stored = s.filter(pl.col("buffer") != "index_k_read_f32", pl.col("bad_positions") > 0)
 assert stored.height > 0 and stored["layer"].min() > d_pre.first_bad_layer, stored
-assert (stored["first_bad_position"] >= prefill.num_cached).all(), stored
+T = len(prefill.tokens)
+same = {k: bool((decode.tensors[k][:T] == v).all()) for k, v in prefill.tensors.items()
+        if k in decode.tensors}
+assert same and all(same.values()), same
 dec_bad = d_dec.summary.filter(pl.col("bad_positions") > 0)
-assert dec_bad.height > 0 and (dec_bad["first_bad_position"] >= prefill.num_cached).all()
-assert "index_k_read_f32" not in set(d_dec.summary["buffer"]), "decode did not load from host"
+assert dec_bad.height > 0 and dec_bad["layer"].min() > d_pre.first_bad_layer, dec_bad
+
+# %% [markdown]
+# Where did the corrupted stored KV come from? If its first bad position lies *inside* the
+# loaded prefix, an earlier request of the same session raced, its corrupted KV was cached in
+# the radix tree, offloaded to host and loaded back here: the race poisons the prefix cache.
+
+# %%
+first_stored = int(stored["first_bad_position"].min())
+origin = ("an earlier raced request, via the prefix cache" if first_stored < prefill.num_cached
+          else "this request's own raced prefill step")
+print(f"stored KV first wrong at position {first_stored} "
+      f"(loaded prefix ends at {prefill.num_cached}): written by {origin}")
