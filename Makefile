@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo lint bench train clean
+.PHONY: setup chromium test demo lint bench train clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -14,7 +14,13 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP)
+# Debian chromium for tests/test_jupyterlab.py (headless, driven over DevTools; no browser download)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+
+test: $(STAMP) chromium
 	TRITON_INTERPRET=1 $(PY) -m pytest tests
 
 lint: $(STAMP)
