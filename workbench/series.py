@@ -22,6 +22,7 @@ DEFAULT_SERIES = ("bf16_index_k", "hicache_index_k_no_wait", "late_write_after_a
                   "abort_orphan_transfer_entry")
 RACE_ENGINE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512}
 RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
+BURST_PRIOR = (1.0, 1.0)
 
 
 def series_candidates(patches: tuple[str, ...] | list[str]) -> list[str]:
@@ -72,14 +73,20 @@ def corruption_trial(pool: PairPool, sessions: int = 4, turns: int = 2):
 def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
                         sessions: int = 4, confidence: float = 0.9, seed: int = 0,
                         max_trials: int = 60, log_dir: str | Path | None = None,
-                        experiment: str = "patch-series") -> BisectResult:
-    """Bayesian bisection of the cumulative patch series; resumable through ``store``."""
+                        experiment: str = "patch-series",
+                        prior_fail_rate: tuple[float, float] = BURST_PRIOR) -> BisectResult:
+    """Bayesian bisection of the cumulative patch series; resumable through ``store``.
+
+    A trial is a burst of many requests, so a bad candidate fails a sizeable fraction of
+    trials: the default prior on that rate is flat (``BURST_PRIOR``), not the rare-failure
+    prior ``bisect`` defaults to, which would spend several more passes per good candidate.
+    """
     pool = PairPool(log_dir=Path(log_dir) if log_dir else None)
     db = TrialStore(store) if store else None
     try:
         return bisect(series_candidates(tuple(series)), corruption_trial(pool, sessions),
                       confidence=confidence, max_trials=max_trials, seed=seed, store=db,
-                      experiment=experiment)
+                      experiment=experiment, prior_fail_rate=prior_fail_rate)
     finally:
         pool.close()
         if db is not None:
