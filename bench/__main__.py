@@ -1,22 +1,90 @@
-"""``python -m bench``: every benchmark in one run; each prints ratios measured in that run."""
+"""``python -m bench [--quick] [--only NAME ...]``: every benchmark in one run, then one table.
+
+Each benchmark prints its own detail section, then the run ends with a markdown table of ratios
+(one row per benchmark) under a header naming the date and the machine.  Every ratio compares
+two figures measured in this same run, so machine noise weighs on both sides.
+"""
 
 from __future__ import annotations
 
-import platform
+import argparse
+import logging
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from bench import bisect_sim, decode_throughput, nixl_bandwidth
+from bench import bisect_sim, decode_throughput, dump_overhead, nixl_bandwidth, repro_time
+from bench.table import TableRow, header, markdown_table
+
+log = logging.getLogger(__name__)
 
 
-def main() -> None:
-    print(f"# bench {time.strftime('%Y-%m-%d')} on {platform.machine()} "
-          f"{platform.processor() or ''} ({__import__('os').cpu_count()} cores)")
-    print("\n## decode throughput")
-    decode_throughput.main(["--tokens", "32"])
-    print("\n## NIXL KV transfer vs memcpy")
-    nixl_bandwidth.main([])
-    print("\n## bisection: Bayesian vs fixed-repeat")
-    bisect_sim.main(["--quick"])
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    run: Callable[[bool], object]  # quick -> result with .table_row()
+    report: Callable[[object], None]
+
+
+BENCHMARKS = (
+    Benchmark("repro", "time to reproduce the index-K race",
+              lambda quick: repro_time.measure(runs=2 if quick else 5,
+                                               control_s=30.0 if quick else None),
+              repro_time.report),
+    Benchmark("decode", "decode throughput",
+              lambda quick: decode_throughput.measure(tokens=16 if quick else 32),
+              decode_throughput.report),
+    Benchmark("nixl", "NIXL KV transfer vs memcpy",
+              lambda quick: nixl_bandwidth.measure_all(sizes_mib=(1, 16) if quick else (1, 16, 64)),
+              nixl_bandwidth.report),
+    Benchmark("bisect", "bisection: Bayesian vs fixed-repeat",
+              lambda quick: bisect_sim.run(runs=10 if quick else 20),
+              bisect_sim.report),
+    Benchmark("dump", "dump overhead",
+              lambda quick: dump_overhead.measure(rounds=4 if quick else 10),
+              dump_overhead.report),
+)
+
+
+def run_all(selected: list[Benchmark], quick: bool) -> list[TableRow]:
+    rows = []
+    for b in selected:
+        print(f"\n## {b.title}", flush=True)
+        start = time.monotonic()
+        try:
+            result = b.run(quick)
+        except Exception as exc:  # noqa: BLE001 - one failed benchmark must not lose the others
+            traceback.print_exc()
+            rows.append(TableRow(b.name, f"failed: {type(exc).__name__}: {exc}"[:200], None, ""))
+            continue
+        b.report(result)
+        print(f"({time.monotonic() - start:.0f} s)", flush=True)
+        rows.append(result.table_row())
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[TableRow]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller runs of every benchmark")
+    ap.add_argument("--only", nargs="+", choices=[b.name for b in BENCHMARKS],
+                    help="run only these benchmarks")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="progress logging (bursts, launches)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    if args.verbose:
+        for name in ("bench", "workbench.launch"):
+            logging.getLogger(name).setLevel(logging.INFO)
+    selected = [b for b in BENCHMARKS if not args.only or b.name in args.only]
+    head = header()
+    print(f"# bench: {head}", flush=True)
+    start = time.monotonic()
+    rows = run_all(selected, args.quick)
+    print(f"\n## ratios ({head}; suite {time.monotonic() - start:.0f} s)\n")
+    print(markdown_table(rows), flush=True)
+    return rows
 
 
 if __name__ == "__main__":

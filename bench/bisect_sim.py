@@ -18,10 +18,11 @@ import argparse
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.table import TableRow
 from workbench.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
     BisectResult,
@@ -125,7 +126,67 @@ def print_rate(rate: float, rows: list[dict[str, Cell]]) -> None:
               f"{info_bound(rate, b.n):>6.1f} | {_fmt(g):>16}")
 
 
-def main(argv: list[str] | None = None) -> None:
+@dataclass(frozen=True)
+class BisectSim:
+    """Every cell of one run: ``cells[rate]`` is one ``{method: Cell}`` dict per size."""
+
+    runs: int
+    confidence: float
+    prior: tuple[float, float]
+    cells: dict[float, list[dict[str, Cell]]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def all_cells(self) -> list[dict[str, Cell]]:
+        return [row for rows in self.cells.values() for row in rows]
+
+    def trials_ratio(self, method: str = "bayes") -> float:
+        """Geometric mean over cells of ``method`` / fixed-repeat (rate told) mean trials."""
+        rows = self.all_cells()
+        logs = [math.log(r[method].mean_trials / r["fixed"].mean_trials) for r in rows]
+        return math.exp(sum(logs) / len(logs))
+
+    def headline(self) -> dict[str, Cell]:
+        """The 5%-rate cell at the largest size (or the closest rate measured)."""
+        rate = min(self.cells, key=lambda r: abs(r - 0.05))
+        return max(self.cells[rate], key=lambda row: row["bayes"].n)
+
+    def table_row(self) -> TableRow:
+        h = self.headline()
+        b, f = h["bayes"], h["fixed"]
+        worst = min(r["bayes"].accuracy for r in self.all_cells())
+        return TableRow("bisection trials vs baseline (simulated culprit)",
+                        f"fail rate {b.rate:.0%}, {b.n} candidates: Bayesian {b.mean_trials:.0f} "
+                        f"trials ({b.accuracy:.0%} right) vs fixed-repeat {f.mean_trials:.0f} "
+                        f"({f.accuracy:.0%}); Bayesian accuracy >= {worst:.0%} in all "
+                        f"{len(self.all_cells())} cells, {self.runs} runs each; Bayesian told "
+                        f"the rate: {self.trials_ratio('told'):.2f}x",
+                        self.trials_ratio(),
+                        "Bayesian / fixed-repeat mean trials (geo-mean over cells)")
+
+
+def run(runs: int = 300, seed: int = 0, confidence: float = 0.97,
+        prior: tuple[float, float] = DEFAULT_PRIOR_FAIL_RATE, rates=RATES,
+        sizes=SIZES) -> BisectSim:
+    start = time.perf_counter()
+    cells = {}
+    for rate in rates:
+        methods = solvers(rate, confidence, tuple(prior))
+        cells[rate] = [{name: run_cell(name, rate, n, runs, seed, solve)
+                        for name, solve in methods.items()} for n in sizes]
+    return BisectSim(runs, confidence, tuple(prior), cells, time.perf_counter() - start)
+
+
+def report(res: BisectSim) -> None:
+    print(f"bayes: confidence {res.confidence}, prior Beta{res.prior} for every rate; "
+          f"'rate told' = prior Beta{told_prior(0.05)} at 5% (likewise per rate)")
+    for rate, rows in res.cells.items():
+        print_rate(rate, rows)
+    print("\nratio/told = mean trials / fixed-repeat's; bound = fewest mean trials any method "
+          "needs for 95% accuracy when the rate is known.")
+    print(f"total {res.seconds:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> BisectSim:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 runs per cell (~15 s)")
     ap.add_argument("--runs", type=int, default=None, help="runs per cell (default 300)")
@@ -137,17 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
     args = ap.parse_args(argv)
     runs = args.runs or (20 if args.quick else 300)
-    print(f"bayes: confidence {args.confidence}, prior Beta{tuple(args.prior)} for every rate; "
-          f"'rate told' = prior Beta{told_prior(0.05)} at 5% (likewise per rate)")
-    start = time.perf_counter()
-    for rate in args.rates:
-        methods = solvers(rate, args.confidence, tuple(args.prior))
-        rows = [{name: run_cell(name, rate, n, runs, args.seed, solve)
-                 for name, solve in methods.items()} for n in args.sizes]
-        print_rate(rate, rows)
-    print("\nratio/told = mean trials / fixed-repeat's; bound = fewest mean trials any method "
-          "needs for 95% accuracy when the rate is known.")
-    print(f"total {time.perf_counter() - start:.0f} s")
+    res = run(runs, args.seed, args.confidence, tuple(args.prior), args.rates, args.sizes)
+    report(res)
+    return res
 
 
 if __name__ == "__main__":

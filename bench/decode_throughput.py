@@ -5,11 +5,34 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 
+from bench.table import TableRow
 from engine.config import EngineConfig
 from engine.datagen import make_transcript
 from engine.engine import Engine
 from engine.sequence import SamplingParams, Sequence
+
+
+@dataclass(frozen=True)
+class DecodeThroughput:
+    """Decode-only tokens/s at batch 1 and 16, measured back to back on one engine."""
+
+    tokens: int
+    kernels: str
+    batch1_tok_s: float
+    batch16_tok_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.batch16_tok_s / self.batch1_tok_s
+
+    def table_row(self) -> TableRow:
+        return TableRow("decode throughput scaling",
+                        f"batch 1: {self.batch1_tok_s:.0f} tok/s, batch 16: "
+                        f"{self.batch16_tok_s:.0f} tok/s ({self.tokens} tokens, "
+                        f"{self.kernels} kernels)",
+                        self.ratio, "batch-16 / batch-1 decode tokens/s")
 
 
 def decode_rate(engine: Engine, batch: int, tokens: int) -> float:
@@ -25,17 +48,27 @@ def decode_rate(engine: Engine, batch: int, tokens: int) -> float:
     return (sum(len(s.output) for s in seqs) - start_tokens) / (time.perf_counter() - t0)
 
 
-def main(argv=None) -> dict:
+def measure(tokens: int = 64, kernels: str = "torch") -> DecodeThroughput:
+    engine = Engine(EngineConfig(kernels=kernels, prefix_cache=False))
+    decode_rate(engine, 1, 4)  # warm-up
+    r1 = decode_rate(engine, 1, tokens)
+    r16 = decode_rate(engine, 16, tokens)
+    return DecodeThroughput(tokens, kernels, r1, r16)
+
+
+def report(res: DecodeThroughput) -> None:
+    print(f"decode tokens/s  batch1 {res.batch1_tok_s:8.1f}  batch16 {res.batch16_tok_s:8.1f}  "
+          f"ratio {res.ratio:5.2f}x")
+
+
+def main(argv: list[str] | None = None) -> DecodeThroughput:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--kernels", default="torch")
     args = ap.parse_args(argv)
-    engine = Engine(EngineConfig(kernels=args.kernels, prefix_cache=False))
-    decode_rate(engine, 1, 4)  # warm-up
-    r1 = decode_rate(engine, 1, args.tokens)
-    r16 = decode_rate(engine, 16, args.tokens)
-    print(f"decode tokens/s  batch1 {r1:8.1f}  batch16 {r16:8.1f}  ratio {r16 / r1:5.2f}x")
-    return {"batch1_tok_s": r1, "batch16_tok_s": r16, "ratio": r16 / r1}
+    res = measure(args.tokens, args.kernels)
+    report(res)
+    return res
 
 
 if __name__ == "__main__":

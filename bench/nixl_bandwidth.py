@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bench.table import TableRow
 from engine.transfer import (
     MetadataChannel,
     PageWrite,
@@ -125,14 +126,67 @@ def measure(ep: TransferEndpoint, peer: PeerHandle, src: torch.Tensor, local_dst
     return rows
 
 
-def print_table(rows: list[Row], page_bytes: int) -> None:
+@dataclass(frozen=True)
+class NixlBandwidth:
+    """Every measured (size, pattern) row of one run."""
+
+    rows: tuple[Row, ...]
+    page_bytes: int
+    threads: int
+
+    def largest(self, mode: str) -> Row:
+        return max((r for r in self.rows if r.mode == mode), key=lambda r: r.size_mib)
+
+    def table_row(self) -> TableRow:
+        co, pp = self.largest("coalesced"), self.largest("per-page")
+        return TableRow("NIXL vs memcpy bandwidth",
+                        f"{co.size_mib:.0f} MiB, {self.page_bytes // 1024} KiB pages: NIXL "
+                        f"{co.nixl_gbps:.2f} GB/s coalesced, {pp.nixl_gbps:.2f} GB/s per-page "
+                        f"({pp.ratio:.2f}x); memcpy {co.memcpy_gbps:.2f} GB/s",
+                        co.ratio, "NIXL WRITE / torch copy_ GB/s (coalesced)")
+
+
+def print_table(rows: list[Row] | tuple[Row, ...], page_bytes: int, threads: int) -> None:
     print(f"\nNIXL UCX WRITE, DRAM->DRAM, two processes; page = {page_bytes // 1024} KiB; "
-          f"torch threads = {torch.get_num_threads()}")
+          f"torch threads (memcpy) = {threads}")
     print(f"{'size':>8} {'pattern':>10} {'descs':>6} {'nixl GB/s':>10} {'memcpy GB/s':>12} "
           f"{'nixl/memcpy':>12}")
     for r in rows:
         print(f"{r.size_mib:>5.0f}MiB {r.mode:>10} {r.descs:>6} {r.nixl_gbps:>10.2f} "
               f"{r.memcpy_gbps:>12.2f} {r.ratio:>12.2f}")
+
+
+def measure_all(sizes_mib: list[int] | tuple[int, ...] = (1, 16, 64), page_kib: int = 64,
+                min_time_s: float = 0.5, threads: int = 1) -> NixlBandwidth:
+    """Spawns the receiver, measures every size (both patterns), stops the receiver.
+
+    ``threads`` applies to the memcpy baseline; the caller's torch thread count is restored.
+    """
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    page_bytes = page_kib * 1024
+    num_pages = max(sizes_mib) * 2**20 // page_bytes
+    proc, port = start_receiver(num_pages, page_bytes)
+    src, local_dst = pool(num_pages, page_bytes, 7), pool(num_pages, page_bytes, 0)
+    try:
+        with TransferEndpoint("bench-src", {"pool": src}) as ep:
+            peer = ep.connect(fetch_peer("127.0.0.1", port, ep.blob(), TIMEOUT_S))
+            rows = []
+            for size in sizes_mib:
+                n_pages = size * 2**20 // page_bytes
+                rows += measure(ep, peer, src, local_dst, n_pages, min_time_s)
+            ep.send_notif(peer, b"quit")
+            proc.wait(timeout=10)
+    finally:
+        torch.set_num_threads(previous_threads)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+    return NixlBandwidth(tuple(rows), page_bytes, threads)
+
+
+def report(res: NixlBandwidth) -> None:
+    print_table(res.rows, res.page_bytes, res.threads)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,25 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.receiver:
         return receiver_main(args.num_pages, args.page_bytes)
-    torch.set_num_threads(args.threads)
-    page_bytes = args.page_kib * 1024
-    num_pages = max(args.sizes_mib) * 2**20 // page_bytes
-    proc, port = start_receiver(num_pages, page_bytes)
-    src, local_dst = pool(num_pages, page_bytes, 7), pool(num_pages, page_bytes, 0)
-    try:
-        with TransferEndpoint("bench-src", {"pool": src}) as ep:
-            peer = ep.connect(fetch_peer("127.0.0.1", port, ep.blob(), TIMEOUT_S))
-            rows = []
-            for size in args.sizes_mib:
-                n_pages = size * 2**20 // page_bytes
-                rows += measure(ep, peer, src, local_dst, n_pages, args.min_time_s)
-            ep.send_notif(peer, b"quit")
-            proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=5)
-    print_table(rows, page_bytes)
+    report(measure_all(args.sizes_mib, args.page_kib, args.min_time_s, args.threads))
     return 0
 
 

@@ -1,0 +1,64 @@
+"""The bench suite's summary table: formatting and each benchmark's row (no timing assertions)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+from bench.bisect_sim import BisectSim, Cell
+from bench.decode_throughput import DecodeThroughput
+from bench.dump_overhead import DumpOverhead
+from bench.nixl_bandwidth import NixlBandwidth, Row
+from bench.repro_time import Burst, ReproTime, Run
+from bench.table import TableRow, fmt_ratio, header, markdown_table
+
+
+def test_markdown_table_has_one_row_per_benchmark_and_escapes_pipes():
+    rows = [TableRow("a", "x | y", 2.0, "b / c"), TableRow("b", "failed", None, ""),
+            TableRow("c", "p", 0.8, "P", ratio_text="4/5")]
+    lines = markdown_table(rows).splitlines()
+    assert lines[0] == "| benchmark | measured | ratio | ratio of |"
+    assert lines[1] == "| --- | --- | --- | --- |"
+    assert lines[2] == "| a | x \\| y | 2.00x | b / c |"
+    assert lines[3] == "| b | failed | n/a |  |"
+    assert lines[4] == "| c | p | 4/5 | P |"
+    assert len(lines) == 5
+
+
+def test_fmt_ratio():
+    assert fmt_ratio(1.234) == "1.23x"
+    assert fmt_ratio(0.0123) == "0.012x"
+    assert fmt_ratio(math.inf) == "inf"
+    assert fmt_ratio(None) == fmt_ratio(math.nan) == "n/a"
+
+
+def test_header_names_date_and_cores():
+    h = header(datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc))
+    assert h.startswith("measured 2026-01-02 03:04 UTC on ") and " cores, " in h
+
+
+def _run(seed: int, first: float | None, cap: float = 60.0) -> Run:
+    return Run(("p",), seed, cap, 5.0, first, 40.0, 1, 10, int(first is not None))
+
+
+def test_benchmark_results_build_rows():
+    repro = ReproTime(60.0, Burst(), (_run(0, 30.0), _run(1, 70.0), _run(2, None)),
+                      Run((), 3, 60.0, 5.0, None, 60.0, 2, 24, 0))
+    assert repro.reproduced == 1 and repro.p_within_cap == 1 / 3
+    assert math.isinf(repro.median_s)  # 2 of 3 runs did not reproduce within the cap
+    row = repro.table_row()
+    assert "> 60 s" in row.measured and "0 flags in 24" in row.measured
+    assert row.cells()[2] == "0.33 (1/3)"
+    cell = {m: Cell(m, 0.05, 16, 20, 1.0, t, 0.1) for m, t in
+            (("bayes", 50.0), ("told", 40.0), ("fixed", 100.0), ("fixed@5%", 100.0))}
+    rows = [
+        repro.table_row(),
+        DecodeThroughput(32, "torch", 10.0, 80.0).table_row(),
+        NixlBandwidth((Row(64, "coalesced", 1, 4.0, 8.0), Row(64, "per-page", 1024, 2.0, 8.0)),
+                      65536, 1).table_row(),
+        BisectSim(20, 0.97, (0.3, 3.0), {0.05: [cell]}).table_row(),
+        DumpOverhead(4, 2.0, 10, 0.1, (20.0, 50.0), (22.0, 100.0), 100, 90, 50.0, 45.0, 30, 0,
+                     80.0, 300.0).table_row(),
+    ]
+    assert [r.ratio for r in rows] == [1 / 3, 8.0, 0.5, 0.5, 2.0]
+    assert len(markdown_table(rows).splitlines()) == 2 + len(rows)
