@@ -11,6 +11,18 @@ from workbench.buffers import (
 )
 from workbench.concurrency import LoadResult, LoadSummary, inject_concurrency, wilson
 from workbench.ddmin import DdminResult, ddmin
+from workbench.kernels import (
+    OPS,
+    KernelCase,
+    KernelComparison,
+    compare_kernels,
+    kernel_trial,
+    make_case,
+    mixed_kernel_set,
+    model_divergence,
+    perturb_op,
+    temporary_kernel_sets,
+)
 from workbench.launch import (
     EMBEDDED,
     SGLANG,
@@ -32,4 +44,6 @@ __all__ = [
     "bisect", "bisect_patch_series", "ddmin", "default_repeats", "diff_against_reference", "dump_buffers",
     "fixed_repeat_bisect", "inject_concurrency", "launch_pd_pair", "load_dump",
     "series_candidates", "snapshot_queues", "wilson",
+    "OPS", "KernelCase", "KernelComparison", "compare_kernels", "kernel_trial", "make_case",
+    "mixed_kernel_set", "model_divergence", "perturb_op", "temporary_kernel_sets",
 ]

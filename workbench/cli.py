@@ -5,6 +5,7 @@
   wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
   wb report NOTEBOOK -p key value ...
+  wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
 """
 
 from __future__ import annotations
@@ -95,6 +96,20 @@ def cmd_bisect(args) -> None:
              res.trials_spent)
 
 
+def cmd_kernels(args) -> None:
+    from engine.registry import UnknownVariantError
+    from workbench.kernels import compare_kernels
+
+    try:
+        cmp = compare_kernels(args.a, args.b, seed=args.seed, cases=args.cases)
+    except UnknownVariantError as e:
+        raise SystemExit(f"wb kernels: {e}") from None
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    cmp.table.write_parquet(args.out)
+    log.info("%s vs %s: identical=%s within_tolerance=%s max_abs=%s -> %s", cmp.a, cmp.b,
+             cmp.identical, cmp.within_tolerance, cmp.max_abs, args.out)
+
+
 def cmd_report(args) -> None:
     from workbench.report import run_report
 
@@ -151,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"))
     rep.add_argument("--out-dir", default="reports")
+    ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
+    ker.add_argument("--a", default="torch")
+    ker.add_argument("--b", default="triton")
+    ker.add_argument("--seed", type=int, default=0)
+    ker.add_argument("--cases", type=int, default=8)
+    ker.add_argument("--out", default="runs/kernels.parquet")
     return ap
 
 
@@ -160,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "load" and not (args.state or args.url):
         raise SystemExit("wb load: give --state or --url")
     {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
-     "report": cmd_report}[args.cmd](args)
+     "report": cmd_report, "kernels": cmd_kernels}[args.cmd](args)
 
 
 if __name__ == "__main__":
