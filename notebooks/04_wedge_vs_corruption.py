@@ -31,6 +31,7 @@ kill_at_s = 0.8
 transfer_fixed_ms = 400
 max_transfer_queue = 3
 settle_s = 1.0
+probe_timeout_s = 20
 
 # %%
 import time
@@ -50,7 +51,7 @@ for name, patches in variants.items():
             killed = kill_storm(pair, kills, kill_at_s)
             time.sleep(settle_s)
             transfer = pair.debug("/debug/queues")["transfer"]
-            served = wedge_probe(pair, timeout_s=10)
+            served = wedge_probe(pair, timeout_s=probe_timeout_s)
         frames.append(sampler.frame().with_columns(pl.lit(name).alias("variant")))
         rows.append({"variant": name, "killed": killed, "transfer_entries": len(transfer),
                      "orphaned": sum(bool(e["orphaned"]) for e in transfer),

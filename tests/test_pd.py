@@ -84,9 +84,13 @@ def test_killed_clients_orphan_transfer_entries_only_with_the_patch(tmp_path, pa
             status = r.status_code
         except httpx.ReadTimeout:
             status = None
+        decode_q = pair.debug("/debug/queues")
+        prefill_q = pair.debug("/debug/queues", pair.prefill[0])
     orphans = [e for e in transfer if e["orphaned"]]
     if patches:
         assert orphans and len(orphans) == len(transfer) == 3
         assert status is None, "a full transfer queue of orphans wedges new requests"
-    else:
+    else:  # aborts are confirmed at once: nothing waits for a quarantine or bootstrap timeout
         assert transfer == [] and status == 200
+        assert decode_q["quarantine"] == [] and decode_q["transfer"] == []
+        assert all(v == [] for v in prefill_q.values() if isinstance(v, list)), prefill_q

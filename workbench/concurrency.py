@@ -140,7 +140,7 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
         out.mkdir(parents=True, exist_ok=True)
     bar = Progress(sessions * turns * 2, f"load seed={seed}", enabled=progress)
     t0 = time.monotonic()
-    records, files = _run_sync(_run(target, cfg, ref, bar, out))
+    records, files = run_sync(_run(target, cfg, ref, bar, out))
     bar.close()
     df = pl.DataFrame([r.row() for r in records], schema_overrides=SCHEMA,
                       infer_schema_length=None)
@@ -149,7 +149,7 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files))
 
 
-def _run_sync(coro):
+def run_sync(coro):
     """Runs a coroutine from sync code, also inside Jupyter's already-running event loop."""
     try:
         asyncio.get_running_loop()

@@ -20,7 +20,7 @@ import polars as pl
 
 from engine.config import EngineConfig
 from engine.datagen import make_transcript
-from workbench.concurrency import inject_concurrency, wilson
+from workbench.concurrency import inject_concurrency, run_sync, wilson
 from workbench.launch import LaunchSpec, PDPair, launch_pd_pair
 from workbench.series import RACE_ENGINE as SERIES_ENGINE
 from workbench.series import RACE_FAULTS
@@ -179,4 +179,4 @@ def kill_storm(pair: PDPair, n: int = 5, kill_at_s: float = 0.8, seed: int = 0) 
     Sized for a pair whose transfers are slowed (``transfer_fixed_ms``) so that the kills land
     while the decode waits for KV. Returns how many clients were killed before completion.
     """
-    return asyncio.run(_kill_storm(pair.url, n, kill_at_s, seed))
+    return run_sync(_kill_storm(pair.url, n, kill_at_s, seed))

@@ -33,6 +33,7 @@ class PrefillRoom:
     created: float = field(default_factory=time.monotonic)
     prealloc: Prealloc | None = None
     posted: int = 0
+    handed: bool = False  # given to a sender worker, which reports done/failed to the decode
 
 
 class PrefillEngine(Engine):
@@ -76,23 +77,43 @@ class PrefillEngine(Engine):
             self.on_prealloc(early)
 
     def on_prealloc(self, msg: Prealloc) -> None:
+        """A prealloc for a failed room is answered with "failed" so the decode frees at once."""
+        failed = self.states.get(msg.room) is RoomState.FAILED
         with self._lock:
             room = self.rooms.get(msg.room)
-            if room is None:
+            if room is None and not failed:
                 self.early[msg.room] = msg
                 return
-            room.prealloc = msg
-        if self.states.update(msg.room, RoomState.WAITING_FOR_INPUT) is RoomState.FAILED:
-            return
-        self.submit(room.seq)
+            if room is not None:
+                room.prealloc = msg
+        if room is None:
+            self._notify_failed(msg)
+        elif self.states.update(msg.room, RoomState.WAITING_FOR_INPUT) is RoomState.FAILED:
+            self.call_soon(lambda: self._abort_on_loop(room))
+        else:
+            self.submit(room.seq)
 
     def abort_room(self, room_id: int, reason: str) -> None:
         self.states.fail(room_id, reason)
         room = self.rooms.get(room_id)
         if room is not None:
-            self.abort(room.seq.rid)
+            self.call_soon(lambda: self._abort_on_loop(room))
+
+    def _notify_failed(self, msg: Prealloc) -> None:
+        peer = self.peers.get(msg.peer)
+        if peer is not None:
+            self.endpoint.send_notif(peer, tag(msg.room, "failed"))
 
     # ---- engine thread ----
+    def _abort_on_loop(self, room: PrefillRoom) -> None:
+        """Aborts a room wherever it is: scheduled, not yet submitted, or already sending."""
+        if room.handed or room.room not in self.rooms:
+            return  # the sender reports; or already failed
+        if self.scheduler.find(room.seq.rid) is not None:
+            self._abort(room.seq.rid)
+        else:
+            self._fail(room, "aborted before prefill")
+
     def poll(self) -> None:
         now = time.monotonic()
         for room in list(self.rooms.values()):
@@ -110,14 +131,20 @@ class PrefillEngine(Engine):
         self.scheduler.finish(seq, reason, release=False)
         self.stats.finished[reason.value] += 1
         if self.states.update(room.room, RoomState.TRANSFERRING) is RoomState.FAILED:
+            if room.prealloc is not None:
+                self._notify_failed(room.prealloc)
             self._release(room, RoomState.FAILED)
             return
+        room.handed = True
         self.queues[room.room % len(self.queues)].put(room)
 
     def _fail(self, room: PrefillRoom, reason: str) -> None:
+        """Fails a room that was never handed to a sender; the decode is told right away."""
         self.states.fail(room.room, reason)
         with self._lock:
             self.rooms.pop(room.room, None)
+        if room.prealloc is not None:
+            self._notify_failed(room.prealloc)
         room.on_done(RoomState.FAILED)
 
     def _release(self, room: PrefillRoom, final: RoomState) -> None:
