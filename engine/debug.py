@@ -134,7 +134,9 @@ def add_debug_routes(app: FastAPI, engine, token: str | None) -> None:
         loader = getattr(engine.cache, "loader", None)
         jobs = list(loader.history) if loader else []
         return {"jobs": [{"job": j.job_id, "pages": len(j.host_pages), "done_layers":
-                          j.done_layers, "stale_reads": list(j.stale_reads),
+                          j.done_layers, "index_k_layers": j.index_k_layers,
+                          "stale_reads": list(j.stale_reads),
+                          "stale_sends": list(j.stale_sends),
                           "rids": list(j.rids)} for j in jobs]}
 
     @app.get("/debug/requests")

@@ -4,6 +4,12 @@ Eviction backs a device page up to host memory and keeps its radix node; a later
 allocates fresh device pages and queues a ``LoadJob`` that copies them back layer by layer
 (index-K first, then K/V) on a loader thread. ``LoadJob.done_layers`` is the per-layer done
 counter: a reader of layer i must call ``wait(i)`` before reading that layer of the loaded pages.
+
+With the ``hicache_index_k_no_wait`` patch the index-K copy of layer i is not covered by that
+counter: it runs after K/V and after the counter advanced (``ungated_index_k``), so every reader
+that trusts the counter (the indexer, the PD KV sender) may read index-K pages still loading.
+``index_k_layers`` counts the layers whose index-K really landed; reads and sends before that
+are recorded as evidence (``stale_reads``, ``stale_sends``).
 """
 
 from __future__ import annotations
@@ -43,14 +49,19 @@ class LoadJob:
     num_layers: int
     job_id: int = field(default_factory=lambda: next(_job_ids))
     done_layers: int = 0
+    index_k_layers: int = 0
     stale_reads: list[int] = field(default_factory=list)
+    stale_sends: list[int] = field(default_factory=list)
     stale_snapshots: dict[int, StaleRead] = field(default_factory=dict)
     rids: set[str] = field(default_factory=set)
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     @property
     def done(self) -> bool:
-        return self.done_layers >= self.num_layers
+        return min(self.done_layers, self.index_k_layers) >= self.num_layers
+
+    def index_k_landed(self, layer: int) -> bool:
+        return self.index_k_layers > layer
 
     def wait(self, layer: int, timeout: float = 30.0) -> None:
         """Blocks until layer ``layer`` of every page has landed."""
@@ -58,9 +69,14 @@ class LoadJob:
             if not self.cond.wait_for(lambda: self.done_layers > layer, timeout=timeout):
                 raise TimeoutError(f"load job {self.job_id} layer {layer} not done in {timeout}s")
 
+    def note_send(self, layer: int) -> None:
+        """Records a transfer of ``layer``'s index-K pages posted before they landed."""
+        if not self.index_k_landed(layer):
+            self.stale_sends.append(layer)
+
     def note_read(self, layer: int, pool: KVPool) -> None:
-        """Records a read of ``layer`` before its load finished, with the index-K it saw."""
-        if self.done_layers <= layer:
+        """Records a read of ``layer`` before its index-K landed, with the index-K it saw."""
+        if not self.index_k_landed(layer):
             self.stale_reads.append(layer)
             pages = torch.tensor(self.device_pages, device=pool.index_k.device)
             self.stale_snapshots.setdefault(layer, StaleRead(pool.index_k[layer, pages].clone(),
@@ -70,6 +86,10 @@ class LoadJob:
         with self.cond:
             self.done_layers += 1
             self.cond.notify_all()
+
+    def _index_k_landed(self) -> None:
+        with self.cond:
+            self.index_k_layers += 1
 
 
 class HostPool:
@@ -86,8 +106,10 @@ class HostPool:
 class Loader:
     """One background thread that runs load jobs in FIFO order with injected copy delays."""
 
-    def __init__(self, pool: KVPool, host: HostPool, faults: FaultInjector) -> None:
+    def __init__(self, pool: KVPool, host: HostPool, faults: FaultInjector,
+                 ungated_index_k: bool = False) -> None:
         self.pool, self.host, self.faults = pool, host, faults
+        self.ungated_index_k = ungated_index_k
         self.jobs: queue.Queue[LoadJob] = queue.Queue()
         self.history: deque[LoadJob] = deque(maxlen=1024)
         self.thread = threading.Thread(target=self._loop, name="hicache-loader", daemon=True)
@@ -108,14 +130,25 @@ class Loader:
         for n in names:
             dev[n][layer, dst] = self.host.buffers[n][layer, src].to(dev[n].device)
 
+    def _load_layer(self, job: LoadJob, layer: int) -> None:
+        index_k = ("index_k", "index_k_scale")
+        if self.ungated_index_k:  # the counter covers K/V only; index-K lands after it
+            self._copy(job, layer, ("k", "v"))
+            job._advance()
+            self._copy(job, layer, index_k)
+            job._index_k_landed()
+        else:
+            self._copy(job, layer, index_k)
+            job._index_k_landed()
+            self._copy(job, layer, ("k", "v"))
+            job._advance()
+
     def _loop(self) -> None:
         while True:
             job = self.jobs.get()
             t0 = time.perf_counter()
             for layer in range(job.num_layers):
-                self._copy(job, layer, ("index_k", "index_k_scale"))
-                self._copy(job, layer, ("k", "v"))
-                job._advance()
+                self._load_layer(job, layer)
             log.debug("load job %d: %d pages in %.1f ms", job.job_id, len(job.host_pages),
                       (time.perf_counter() - t0) * 1e3)
 
@@ -124,11 +157,11 @@ class HiRadixCache(RadixCache):
     """Radix cache whose evicted pages move to host memory and load back on a match."""
 
     def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
-                 faults: FaultInjector) -> None:
+                 faults: FaultInjector, ungated_index_k: bool = False) -> None:
         super().__init__(allocator, pool.page_size)
         self.pool = pool
         self.host = HostPool(pool, host_pages)
-        self.loader = Loader(pool, self.host, faults)
+        self.loader = Loader(pool, self.host, faults, ungated_index_k)
         self.num_layers = pool.k.shape[0]
         self.loads = 0
 

@@ -21,10 +21,13 @@ class Patch:
 PATCHES: Registry[Patch] = Registry("patch variant")
 for _p in (
     Patch("hicache_index_k_no_wait",
-          "HiCache layer-wise load-back: the indexer reads the index-K pages of layer i without "
-          "waiting for the per-layer done counter that gates the main KV read.",
-          "missing synchronization (read-before-load race) -> stale index-K, wrong top-k, "
-          "corrupted output / DSML leaking into content"),
+          "HiCache layer-wise load-back: index-K of layer i is not covered by the per-layer "
+          "done counter that gates the main KV read (it lands after the counter advanced) and "
+          "the indexer reads it without waiting; the PD KV sender, trusting the counter, ships "
+          "index-K pages still loading.",
+          "missing synchronization (read-before-load race) -> stale index-K at the prefill and, "
+          "shipped, at every decode step: wrong top-k, corrupted output / DSML leaking into "
+          "content"),
     Patch("bf16_index_k",
           "Store index-K in bf16 instead of fp8 e4m3: twice the bytes per token, so every copy "
           "of index-K (load-back, transfer) takes longer.",

@@ -10,17 +10,15 @@ import asyncio
 import time
 
 import httpx
+import polars as pl
 import pytest
 
 from engine.datagen import make_transcript
 from workbench.concurrency import inject_concurrency
+from workbench.investigate import BUGGY, rates_table, reproduce
 from workbench.launch import launch_pd_pair
 
 pytestmark = pytest.mark.slow
-
-RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
-HICACHE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512,
-           "debug_capture": 64}
 
 
 def test_pd_outputs_match_single_request_reference(tmp_path):
@@ -37,21 +35,19 @@ def test_pd_outputs_match_single_request_reference(tmp_path):
     assert queues["transfer"] == [] and queues["quarantine"] == []
 
 
-@pytest.mark.parametrize("patches", [(), ("hicache_index_k_no_wait", "bf16_index_k")])
-def test_hicache_index_k_race_fires_only_with_the_patches(tmp_path, patches):
-    with launch_pd_pair(patches=patches, engine=HICACHE, faults=RACE_FAULTS,
-                        log_dir=tmp_path / "logs") as pair:
-        res = inject_concurrency(pair, sessions=6, turns=2, seed=11, max_tokens=120,
-                                 capture_dir=tmp_path / "captures", progress=False)
-        jobs = pair.debug("/debug/hicache", pair.prefill[0])["jobs"]
-    s = res.summary
-    assert jobs, "the second turn must load its prefix back from the host tier"
-    stale = sum(len(j["stale_reads"]) for j in jobs)
-    if patches:  # the race fires; whether an output changes depends on the data it hits
-        assert stale > 0
-        assert len(res.captures) == 2 * s.flagged, "flagged requests are captured on both sides"
-    else:
-        assert stale == 0 and s.ref_mismatch == 0 and s.corrupt_leaks == 0
+def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path):
+    """Seeded bursts until a DSML leak on the buggy variants; the fixed ones replay the seeds."""
+    buggy = reproduce(BUGGY, sessions=6, turns=2, seed=0, max_bursts=4, stop_on="leaked",
+                      capture_dir=tmp_path / "captures", log_dir=tmp_path / "buggy")
+    fixed = reproduce((), seeds=buggy.seeds, sessions=6, turns=2, log_dir=tmp_path / "fixed")
+    b, f = rates_table([buggy, fixed]).iter_rows(named=True)
+    leaks = buggy.requests.filter(pl.col("v_leaked"))
+    assert b["leaked"] > 0, b
+    assert (leaks["v_ref_match"] == False).all() and leaks["content"].str.contains("DSML").all()  # noqa: E712
+    assert b["stale_reads"] > 0 and b["stale_sends"] > 0, b
+    assert len(buggy.captures) == 2 * b["flagged"], "flagged requests are captured on both sides"
+    assert f["flagged"] == 0 and f["leaked"] == 0, f
+    assert f["stale_reads"] == 0 and f["stale_sends"] == 0, f
 
 
 async def _kill_during_transfer(url: str, n: int, kill_at_s: float) -> None:

@@ -36,8 +36,9 @@ class Reproduction:
     """Bursts run on one variant. ``first_flag_s``: launch start to the first flagged burst's end.
 
     Invariants: ``bursts`` has one row per seed in ``seeds`` (columns ``seed, requests, flagged,
-    leaked, mismatched, stale_reads, t_s``); ``requests`` concatenates the per-request frames of
-    every burst with a ``seed`` column; ``captures`` are dumps of flagged rooms (both sides).
+    leaked, mismatched, stale_reads, stale_sends, t_s``); ``requests`` concatenates the
+    per-request frames of every burst with a ``seed`` column; ``captures`` are dumps of flagged
+    rooms (both sides).
     """
 
     variant: str
@@ -68,23 +69,25 @@ class Reproduction:
         return int(self.bursts["flagged"].sum())
 
 
-def stale_reads(pair: PDPair) -> int:
-    """HiCache index-K reads that raced their layer's load, summed over the prefill servers."""
+def stale_reads(pair: PDPair, kind: str = "stale_reads") -> int:
+    """HiCache index-K reads (``stale_reads``) or KV sends (``stale_sends``) that raced their
+    layer's load, summed over the prefill servers."""
     total = 0
     for srv in pair.prefill:
         jobs = pair.debug("/debug/hicache", srv)["jobs"]
-        total += sum(len(j["stale_reads"]) for j in jobs)
+        total += sum(len(j[kind]) for j in jobs)
     return total
 
 
 def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
            capture_dir: Path | None) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
-    before = stale_reads(pair)
+    reads, sends = stale_reads(pair), stale_reads(pair, "stale_sends")
     res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
                              max_tokens=max_tokens, capture_dir=capture_dir, progress=False)
     s = res.summary
     row = {"seed": seed, "requests": s.completed, "flagged": s.flagged, "leaked": s.leaked,
-           "mismatched": s.ref_mismatch, "stale_reads": stale_reads(pair) - before}
+           "mismatched": s.ref_mismatch, "stale_reads": stale_reads(pair) - reads,
+           "stale_sends": stale_reads(pair, "stale_sends") - sends}
     log.info("burst seed=%d: %s", seed, row)
     return row, res.requests.with_columns(pl.lit(seed).alias("seed")), res.captures
 
@@ -92,13 +95,17 @@ def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
 def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
               sessions: int = 6, turns: int = 2, max_tokens: int = 120, seed: int = 0,
               seeds: Sequence[int] | None = None, max_bursts: int = 6,
-              stop_after_flags: int | None = 1, engine: dict | None = None,
+              stop_after_flags: int | None = 1, stop_on: str = "flagged",
+              engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None) -> Reproduction:
-    """Runs seeded bursts on a fresh PD pair; stops early once ``stop_after_flags`` flagged.
+    """Runs seeded bursts on a fresh PD pair; stops once ``stop_after_flags`` requests are
+    ``stop_on`` (``"flagged"``, ``"leaked"`` or ``"mismatched"``).
 
     ``seeds`` (when given) fixes the bursts exactly and disables early stopping.
     """
+    if stop_on not in ("flagged", "leaked", "mismatched"):
+        raise ValueError(f"stop_on must be flagged, leaked or mismatched, not {stop_on!r}")
     plan = list(seeds) if seeds is not None else [seed + i for i in range(max_bursts)]
     stop = None if seeds is not None else stop_after_flags
     cap = Path(capture_dir) if capture_dir else None
@@ -115,7 +122,7 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
             captures += files
             if first is None and row["flagged"]:
                 first = rows[-1]["t_s"]
-            if stop is not None and sum(r["flagged"] for r in rows) >= stop:
+            if stop is not None and sum(r[stop_on] for r in rows) >= stop:
                 break
     name = variant or ("+".join(patches) if patches else "fixed")
     return Reproduction(name, tuple(patches), tuple(r["seed"] for r in rows),
@@ -132,7 +139,8 @@ def rates_table(reps: Sequence[Reproduction]) -> pl.DataFrame:
         lo, hi = wilson(k, n)
         rows.append({"variant": rep.variant, "bursts": b.height, "requests": n, "flagged": k,
                      "leaked": int(b["leaked"].sum()), "mismatched": int(b["mismatched"].sum()),
-                     "stale_reads": int(b["stale_reads"].sum()), "rate": k / n if n else 0.0,
+                     "stale_reads": int(b["stale_reads"].sum()),
+                     "stale_sends": int(b["stale_sends"].sum()), "rate": k / n if n else 0.0,
                      "lo": lo, "hi": hi})
     return pl.DataFrame(rows)
 

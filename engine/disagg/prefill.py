@@ -182,6 +182,8 @@ class PrefillEngine(Engine):
             if self.states.get(room.room) is RoomState.FAILED:
                 break
             self.faults.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
+            for job in room.seq.load_jobs:
+                job.note_send(layer)
             writes = [PageWrite(b, src, dst, layer) for b in KV_BUFFERS]
             handles.append(self.endpoint.write_pages(peer, writes, layer_tag(room.room, layer)))
             room.posted += 1
