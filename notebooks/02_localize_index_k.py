@@ -73,7 +73,7 @@ d_dec = diff_against_reference(decode, ref)
 d_dec.summary
 
 # %% [markdown]
-# ## Finding 1: the first bad buffer is index-K *as read*, at the first layer, over the loaded prefix
+# ## Finding 1: the first bad buffer is index-K *as read*, first layer, loaded prefix
 # Stored K, V and index-K of the first bad layer equal the reference; only the indexer's view
 # of the pages still being loaded from host memory differs, and only inside the loaded prefix.
 
@@ -91,29 +91,42 @@ print(f"layer {d_pre.first_bad_layer}: index-K read stale at {len(stale_pos)} po
       f"{prefill.num_cached}-token loaded prefix")
 
 # %% [markdown]
-# ## Finding 2: everything else is downstream, and the transfer is exact
+# ## Finding 2: stored KV is wrong only downstream; the transfer copied K/V exactly
 # Stored KV / index-K differ only in layers after the first bad one (their inputs went through
-# attention over wrongly selected positions). The decode holds bit-for-bit what the prefill
-# stored for the prompt, so NIXL delivered the corruption faithfully; it did not create it.
+# attention over wrongly selected positions). The decode holds bit-for-bit the K and V the
+# prefill stored for the prompt. Its index-K may differ from the prefill's, and only inside the
+# loaded prefix: the KV sender trusted the per-layer counter and shipped index-K pages whose
+# load had not landed, so every decode step's indexer saw them stale.
 
 # %%
 stored = s.filter(pl.col("buffer") != "index_k_read_f32", pl.col("bad_positions") > 0)
 assert stored.height > 0 and stored["layer"].min() > d_pre.first_bad_layer, stored
 T = len(prefill.tokens)
-same = {k: bool((decode.tensors[k][:T] == v).all()) for k, v in prefill.tensors.items()
-        if k in decode.tensors}
-assert same and all(same.values()), same
-dec_bad = d_dec.summary.filter(pl.col("bad_positions") > 0)
-assert dec_bad.height > 0 and dec_bad["layer"].min() > d_pre.first_bad_layer, dec_bad
+kv_same = {k: bool((decode.tensors[k][:T] == v).all()) for k, v in prefill.tensors.items()
+           if k.endswith((".k", ".v"))}
+assert kv_same and all(kv_same.values()), kv_same
+shipped_stale = {}
+for k, v in prefill.tensors.items():
+    if k.endswith(".index_k_f32"):
+        diff = (decode.tensors[k][:T] != v).any(-1).nonzero().flatten()
+        if len(diff):
+            shipped_stale[k.split(".")[0]] = (int(diff.min()), int(diff.max()))
+assert all(hi < prefill.num_cached for _, hi in shipped_stale.values()), shipped_stale
+print("index-K shipped stale (positions):", shipped_stale or "none for this room")
 
 # %% [markdown]
-# Where did the corrupted stored KV come from? If its first bad position lies *inside* the
-# loaded prefix, an earlier request of the same session raced, its corrupted KV was cached in
+# Where did the corrupted stored K/V come from? If its first bad position lies *inside* the
+# loaded prefix, an earlier request of the same session raced, its corrupted K/V was cached in
 # the radix tree, offloaded to host and loaded back here: the race poisons the prefix cache.
 
 # %%
-first_stored = int(stored["first_bad_position"].min())
-origin = ("an earlier raced request, via the prefix cache" if first_stored < prefill.num_cached
+kv_rows = stored.filter(pl.col("buffer").is_in(["k", "v"]))
+first_kv = int(kv_rows["first_bad_position"].min())
+origin = ("an earlier raced request, via the prefix cache" if first_kv < prefill.num_cached
           else "this request's own raced prefill step")
-print(f"stored KV first wrong at position {first_stored} "
+print(f"stored K/V first wrong at position {first_kv} "
       f"(loaded prefix ends at {prefill.num_cached}): written by {origin}")
+ik_rows = stored.filter(pl.col("buffer") == "index_k_f32")
+print("stored index-K wrong (layer: first position, count):",
+      {r["layer"]: (r["first_bad_position"], r["bad_positions"])
+       for r in ik_rows.iter_rows(named=True)})
