@@ -90,6 +90,12 @@ class LoadJob:
     def _index_k_landed(self) -> None:
         with self.cond:
             self.index_k_layers += 1
+            self.cond.notify_all()
+
+    def wait_done(self, timeout: float = 30.0) -> bool:
+        """Blocks until every layer's K/V and index-K landed; False on timeout."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.done, timeout=timeout)
 
 
 class HostPool:
