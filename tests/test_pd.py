@@ -6,7 +6,6 @@ the HiCache index-K race leaks DSML into content, and abort cleanup orphans tran
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from engine.datagen import make_transcript
 from workbench.concurrency import inject_concurrency
-from workbench.investigate import BUGGY, rates_table, reproduce
+from workbench.investigate import BUGGY, kill_storm, rates_table, reproduce
 from workbench.launch import launch_pd_pair
 
 pytestmark = pytest.mark.slow
@@ -50,26 +49,12 @@ def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path):
     assert f["stale_reads"] == 0 and f["stale_sends"] == 0, f
 
 
-async def _kill_during_transfer(url: str, n: int, kill_at_s: float) -> None:
-    tr = make_transcript(5)
-    body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
-            "max_tokens": 8, "stream": True}
-    async with httpx.AsyncClient(timeout=30) as client:
-        async def one(i: int) -> None:
-            try:
-                await asyncio.wait_for(client.post(url + "/v1/chat/completions", json=body),
-                                       kill_at_s + 0.05 * i)
-            except asyncio.TimeoutError:
-                pass
-        await asyncio.gather(*(one(i) for i in range(n)))
-
-
 @pytest.mark.parametrize("patches", [(), ("abort_orphan_transfer_entry",)])
 def test_killed_clients_orphan_transfer_entries_only_with_the_patch(tmp_path, patches):
     with launch_pd_pair(patches=patches, faults={"seed": 1, "transfer_fixed_ms": 400},
                         decode_args=("--max-transfer-queue", "3"),
                         log_dir=tmp_path / "logs") as pair:
-        asyncio.run(_kill_during_transfer(pair.url, 5, kill_at_s=0.8))
+        assert kill_storm(pair, 5, kill_at_s=0.8) == 5
         time.sleep(1.0)
         transfer = pair.debug("/debug/queues")["transfer"]
         tr = make_transcript(6)
