@@ -27,13 +27,12 @@ import polars as pl
 from bench.table import TableRow
 from engine.config import EngineConfig
 from workbench.concurrency import inject_concurrency, wilson
+from workbench.investigate import BUGGY
 from workbench.launch import launch_pd_pair
 from workbench.oracle import ReferenceOracle
 from workbench.series import RACE_ENGINE, RACE_FAULTS
 
 log = logging.getLogger(__name__)
-
-BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
 
 
 @dataclass(frozen=True)

@@ -58,9 +58,10 @@ def index_k_as_read(seq, layer: int, out: dict[str, torch.Tensor], deq) -> torch
         n_pages, S, Di = snap.values.shape
         seen = deq(snap.values.reshape(-1, Di), snap.scale.reshape(-1)).view(n_pages, S, Di)
         for n, page in enumerate(job.device_pages):
-            lo = where.get(page, T // S + 1) * S
-            if lo < T:
-                read[lo:lo + S] = seen[n, : min(S, T - lo)]
+            if page not in where or where[page] * S >= T:
+                continue  # a loaded page this sequence does not (or not yet) cover
+            lo = where[page] * S
+            read[lo:lo + S] = seen[n, : min(S, T - lo)]
     return read
 
 

@@ -1,9 +1,7 @@
 """Overlap scheduling (patch ``overlap_schedule``) on the shipped model: same tokens as without it,
-aborts, page accounting, the one-step-late release, and a PD pair running with it."""
+aborts, page accounting, the one-step-late release (a PD pair with it: ``tests/test_pd.py``)."""
 
 from __future__ import annotations
-
-import pytest
 
 from engine.chat import render_prompt
 from engine.config import EngineConfig
@@ -128,20 +126,3 @@ def test_overlap_prefill_only_scheduler_never_decodes():
     assert len(seq.output) == 1 and eng.overlap.stats.discarded_tokens == 0
     assert eng.stats.steps == -(-len(seq.prompt) // eng.cfg.chunk_size)
     assert eng.allocator.num_free == eng.allocator.num_pages
-
-
-@pytest.mark.slow
-def test_pd_pair_with_overlap_matches_reference(tmp_path):
-    from workbench.concurrency import inject_concurrency
-    from workbench.launch import launch_pd_pair
-
-    with launch_pd_pair(patches=(OVERLAP,), log_dir=tmp_path / "logs") as pair:
-        res = inject_concurrency(pair, sessions=3, turns=2, seed=3, max_tokens=120,
-                                 progress=False)
-        patches = pair.debug("/debug/patches")
-        queues = pair.debug("/debug/queues")
-    s = res.summary
-    assert s.completed == s.requests >= 6 and s.errors == 0
-    assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
-    assert [p["name"] for p in patches["patches"] if p["enabled"]] == [OVERLAP]
-    assert queues["transfer"] == [] and queues["quarantine"] == []

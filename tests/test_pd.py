@@ -20,17 +20,19 @@ from workbench.launch import launch_pd_pair
 pytestmark = pytest.mark.slow
 
 
-def test_pd_outputs_match_single_request_reference(tmp_path):
-    with launch_pd_pair(log_dir=tmp_path / "logs", engine={"debug_capture": 8}) as pair:
+@pytest.mark.parametrize("patches", [(), ("overlap_schedule",)])
+def test_pd_outputs_match_single_request_reference(tmp_path, patches):
+    with launch_pd_pair(patches=patches, log_dir=tmp_path / "logs",
+                        engine={"debug_capture": 8}) as pair:
         res = inject_concurrency(pair, sessions=3, turns=2, seed=3, max_tokens=120,
                                  progress=False)
-        patches = pair.debug("/debug/patches")
+        enabled = pair.debug("/debug/patches")
         queues = pair.debug("/debug/queues")
     s = res.summary
     assert s.completed == s.requests >= 6 and s.errors == 0
     assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
     assert res.requests["room"].n_unique() == s.requests
-    assert not any(p["enabled"] for p in patches["patches"])
+    assert [p["name"] for p in enabled["patches"] if p["enabled"]] == list(patches)
     assert queues["transfer"] == [] and queues["quarantine"] == []
 
 

@@ -69,25 +69,26 @@ class Reproduction:
         return int(self.bursts["flagged"].sum())
 
 
-def stale_reads(pair: PDPair, kind: str = "stale_reads") -> int:
-    """HiCache index-K reads (``stale_reads``) or KV sends (``stale_sends``) that raced their
-    layer's load, summed over the prefill servers."""
-    total = 0
+def race_counts(pair: PDPair) -> dict[str, int]:
+    """HiCache index-K reads (``stale_reads``) and KV sends (``stale_sends``) that raced their
+    layer's load, summed over the prefill servers (one ``/debug/hicache`` fetch each)."""
+    total = {"stale_reads": 0, "stale_sends": 0}
     for srv in pair.prefill:
-        jobs = pair.debug("/debug/hicache", srv)["jobs"]
-        total += sum(len(j[kind]) for j in jobs)
+        for job in pair.debug("/debug/hicache", srv)["jobs"]:
+            for kind in total:
+                total[kind] += len(job[kind])
     return total
 
 
 def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
            capture_dir: Path | None) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
-    reads, sends = stale_reads(pair), stale_reads(pair, "stale_sends")
+    before = race_counts(pair)
     res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
                              max_tokens=max_tokens, capture_dir=capture_dir, progress=False)
     s = res.summary
+    after = race_counts(pair)
     row = {"seed": seed, "requests": s.completed, "flagged": s.flagged, "leaked": s.leaked,
-           "mismatched": s.ref_mismatch, "stale_reads": stale_reads(pair) - reads,
-           "stale_sends": stale_reads(pair, "stale_sends") - sends}
+           "mismatched": s.ref_mismatch, **{k: after[k] - before[k] for k in after}}
     log.info("burst seed=%d: %s", seed, row)
     return row, res.requests.with_columns(pl.lit(seed).alias("seed")), res.captures
 
