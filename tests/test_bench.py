@@ -50,7 +50,8 @@ def test_benchmark_results_build_rows():
     assert "> 60 s" in row.measured and "0 flags in 24" in row.measured
     assert row.cells()[2] == "0.33 (1/3)"
     cell = {m: Cell(m, 0.05, 16, 20, 1.0, t, 0.1) for m, t in
-            (("bayes", 50.0), ("told", 40.0), ("fixed", 100.0), ("fixed@5%", 100.0))}
+            (("bayes", 50.0), ("told", 40.0), ("fixed", 100.0), ("fixed@5%", 100.0),
+                                          ("fixed@1%", 200.0))}
     rows = [
         repro.table_row(),
         DecodeThroughput(32, "torch", 10.0, 80.0).table_row(),
@@ -62,3 +63,10 @@ def test_benchmark_results_build_rows():
     ]
     assert [r.ratio for r in rows] == [1 / 3, 8.0, 0.5, 0.5, 2.0]
     assert len(markdown_table(rows).splitlines()) == 2 + len(rows)
+
+
+def test_info_bound_is_log2_n_for_a_deterministic_bug_and_grows_as_the_rate_falls():
+    from bench.bisect_sim import info_bound
+
+    assert math.isclose(info_bound(1.0, 64, error=0.0), 6.0, rel_tol=1e-6)
+    assert info_bound(0.01, 64) > info_bound(0.05, 64) > info_bound(0.20, 64) > 0
