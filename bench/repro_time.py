@@ -18,18 +18,12 @@ import logging
 import math
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 from bench.table import TableRow
-from engine.config import EngineConfig
-from workbench.concurrency import inject_concurrency, wilson
-from workbench.investigate import BUGGY
-from workbench.launch import launch_pd_pair
-from workbench.oracle import ReferenceOracle
+from workbench.concurrency import wilson
+from workbench.investigate import BUGGY, reproduce
 from workbench.series import RACE_ENGINE, RACE_FAULTS
 
 log = logging.getLogger(__name__)
@@ -102,61 +96,32 @@ class ReproTime:
                         ratio_text=f"{self.p_within_cap:.2f} ({self.reproduced}/{len(self.runs)})")
 
 
-def flag_count(requests: pl.DataFrame) -> int:
-    """Requests with a reference mismatch or a DSML leak (the race's two symptoms)."""
-    if not len(requests):
-        return 0
-    leaked = pl.col("v_leaked").fill_null(False)
-    mismatch = (pl.col("v_ref_match") == False).fill_null(False)  # noqa: E712
-    return requests.filter(leaked | mismatch).height
-
-
-def oracle_for(patches: tuple[str, ...]) -> ReferenceOracle:
-    cfg = EngineConfig.from_dict({**RACE_ENGINE, "patches": frozenset(patches),
-                                  "faults": RACE_FAULTS})
-    return ReferenceOracle(cfg)
-
-
-def run_once(patches: tuple[str, ...], seed: int, cap_s: float, burst: Burst,
-             oracle: ReferenceOracle, log_dir: Path, stop_on_flag: bool = True) -> Run:
-    """Launches a pair and runs bursts until a flag (``stop_on_flag``) or ``cap_s`` elapsed."""
-    t0 = time.monotonic()
-    bursts = requests = flagged = 0
-    first: float | None = None
-    with launch_pd_pair(patches=patches, engine=RACE_ENGINE, faults=RACE_FAULTS, seed=seed,
-                        log_dir=log_dir) as pair:
-        launch_s = time.monotonic() - t0
-        while (remaining := cap_s - (time.monotonic() - t0)) > 0:
-            res = inject_concurrency(pair, sessions=burst.sessions, turns=burst.turns,
-                                     seed=seed * 1000 + bursts, max_tokens=burst.max_tokens,
-                                     duration_s=remaining, oracle=oracle, progress=False)
-            bursts += 1
-            requests += res.summary.completed
-            new = flag_count(res.requests)
-            flagged += new
-            log.info("%s seed %d burst %d: %d/%d flagged at %.1f s",
-                     "+".join(patches) or "default", seed, bursts, new, res.summary.completed,
-                     time.monotonic() - t0)
-            if new and first is None:
-                first = time.monotonic() - t0
-                if stop_on_flag:
-                    break
-    return Run(tuple(patches), seed, cap_s, launch_s, first, time.monotonic() - t0, bursts,
-               requests, flagged)
+def run_once(patches: tuple[str, ...], seed: int, cap_s: float, burst: Burst, log_dir: Path,
+             stop_on_flag: bool = True) -> Run:
+    """Launches a pair and runs bursts (seeds ``1000 * seed, ...``) until a flag
+    (``stop_on_flag``) or ``cap_s`` after the launch started."""
+    rep = reproduce(patches, sessions=burst.sessions, turns=burst.turns,
+                    max_tokens=burst.max_tokens, seed=seed * 1000, max_bursts=None,
+                    stop_after_flags=1 if stop_on_flag else None, cap_s=cap_s,
+                    engine=RACE_ENGINE, faults=RACE_FAULTS, log_dir=log_dir)
+    b = rep.bursts
+    wall = float(b["t_s"].max()) if b.height else rep.launch_s
+    log.info("%s seed %d: %d bursts, %d flagged, first flag at %s s", rep.variant, seed,
+             b.height, rep.flagged, rep.first_flag_s)
+    return Run(tuple(patches), seed, cap_s, rep.launch_s, rep.first_flag_s, wall, b.height,
+               int(b["requests"].sum()), rep.flagged)
 
 
 def measure(runs: int = 5, cap_s: float = 60.0, control_s: float | None = None, seed: int = 0,
             burst: Burst = Burst()) -> ReproTime:
     """``runs`` buggy launches (seeds ``seed..seed+runs-1``), then one control launch."""
     with tempfile.TemporaryDirectory(prefix="bench-repro-") as tmp:
-        oracle = oracle_for(BUGGY)
-        done = []
-        for r in range(runs):
-            done.append(run_once(BUGGY, seed + r, cap_s, burst, oracle, Path(tmp) / f"run{r}"))
+        done = [run_once(BUGGY, seed + r, cap_s, burst, Path(tmp) / f"run{r}")
+                for r in range(runs)]
         control = None
         if control_s is None or control_s > 0:
-            control = run_once((), seed + runs, control_s or cap_s, burst, oracle_for(()),
-                               Path(tmp) / "control", stop_on_flag=False)
+            control = run_once((), seed + runs, control_s or cap_s, burst, Path(tmp) / "control",
+                               stop_on_flag=False)
     return ReproTime(cap_s, burst, tuple(done), control)
 
 

@@ -77,3 +77,17 @@ def test_killed_clients_orphan_transfer_entries_only_with_the_patch(tmp_path, pa
         assert transfer == [] and status == 200
         assert decode_q["quarantine"] == [] and decode_q["transfer"] == []
         assert all(v == [] for v in prefill_q.values() if isinstance(v, list)), prefill_q
+
+
+def test_reproduce_with_a_cap_stops_starting_bursts_at_the_cap(tmp_path):
+    with pytest.raises(ValueError, match="needs cap_s"):
+        reproduce((), max_bursts=None)
+    cap_s = 20.0
+    rep = reproduce((), sessions=2, turns=1, seed=5, max_bursts=None, stop_after_flags=None,
+                    cap_s=cap_s, log_dir=tmp_path / "logs")
+    b = rep.bursts
+    assert b.height >= 1 and rep.seeds == tuple(range(5, 5 + b.height))
+    assert b["t_s"].is_sorted() and rep.flagged == 0
+    starts = [rep.launch_s, *b["t_s"].to_list()[:-1]]  # each burst starts when the last ends
+    assert all(t < cap_s for t in starts), (starts, cap_s)
+    assert rep.requests["seed"].unique().sort().to_list() == list(rep.seeds)

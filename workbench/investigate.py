@@ -9,6 +9,7 @@ a difference of code, not of load. ``wedge_probe`` asks whether a pair still ser
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 
 RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
 BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
+BURST_COLUMNS = {"seed": pl.Int64, "requests": pl.Int64, "flagged": pl.Int64, "leaked": pl.Int64,
+                 "mismatched": pl.Int64, "stale_reads": pl.Int64, "stale_sends": pl.Int64,
+                 "t_s": pl.Float64}
 
 
 @dataclass(frozen=True)
@@ -81,10 +85,12 @@ def race_counts(pair: PDPair) -> dict[str, int]:
 
 
 def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
-           capture_dir: Path | None) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
+           capture_dir: Path | None,
+           duration_s: float = 300.0) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
     before = race_counts(pair)
     res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
-                             max_tokens=max_tokens, capture_dir=capture_dir, progress=False)
+                             max_tokens=max_tokens, capture_dir=capture_dir, progress=False,
+                             duration_s=duration_s)
     s = res.summary
     after = race_counts(pair)
     row = {"seed": seed, "requests": s.completed, "flagged": s.flagged, "leaked": s.leaked,
@@ -95,29 +101,41 @@ def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
 
 def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
               sessions: int = 6, turns: int = 2, max_tokens: int = 120, seed: int = 0,
-              seeds: Sequence[int] | None = None, max_bursts: int = 6,
+              seeds: Sequence[int] | None = None, max_bursts: int | None = 6,
               stop_after_flags: int | None = 1, stop_on: str = "flagged",
-              engine: dict | None = None,
+              cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None) -> Reproduction:
     """Runs seeded bursts on a fresh PD pair; stops once ``stop_after_flags`` requests are
     ``stop_on`` (``"flagged"``, ``"leaked"`` or ``"mismatched"``).
 
-    ``seeds`` (when given) fixes the bursts exactly and disables early stopping.
+    ``seeds`` (when given) fixes the bursts exactly and disables early stopping; the first burst
+    seed also seeds the router (room numbers), so a replay by ``seeds`` numbers rooms alike.
+    ``cap_s`` bounds the run in seconds from the launch start: no burst starts after it, and a
+    running burst starts no turn past it.  ``max_bursts=None`` (only with ``cap_s``) lets the
+    cap alone end the run.
     """
     if stop_on not in ("flagged", "leaked", "mismatched"):
         raise ValueError(f"stop_on must be flagged, leaked or mismatched, not {stop_on!r}")
-    plan = list(seeds) if seeds is not None else [seed + i for i in range(max_bursts)]
+    if max_bursts is None and cap_s is None and seeds is None:
+        raise ValueError("max_bursts=None needs cap_s (or seeds): the run would never end")
+    plan = seeds if seeds is not None else (
+        itertools.count(seed) if max_bursts is None else range(seed, seed + max_bursts))
     stop = None if seeds is not None else stop_after_flags
     cap = Path(capture_dir) if capture_dir else None
     engine = dict(RACE_ENGINE if engine is None else engine)
     faults = dict(RACE_FAULTS if faults is None else faults)
     t0 = time.monotonic()
     rows, frames, captures, first = [], [], [], None
-    with launch_pd_pair(patches=patches, engine=engine, faults=faults, log_dir=log_dir) as pair:
+    router_seed = seeds[0] if seeds else seed
+    with launch_pd_pair(patches=patches, engine=engine, faults=faults, seed=router_seed,
+                        log_dir=log_dir) as pair:
         launch_s = time.monotonic() - t0
         for s in plan:
-            row, df, files = _burst(pair, s, sessions, turns, max_tokens, cap)
+            left = 300.0 if cap_s is None else cap_s - (time.monotonic() - t0)
+            if left <= 0:
+                break
+            row, df, files = _burst(pair, s, sessions, turns, max_tokens, cap, left)
             rows.append({**row, "t_s": round(time.monotonic() - t0, 2)})
             frames.append(df)
             captures += files
@@ -126,8 +144,9 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
             if stop is not None and sum(r[stop_on] for r in rows) >= stop:
                 break
     name = variant or ("+".join(patches) if patches else "fixed")
-    return Reproduction(name, tuple(patches), tuple(r["seed"] for r in rows),
-                        pl.DataFrame(rows), pl.concat(frames, how="diagonal_relaxed"),
+    bursts = pl.DataFrame(rows) if rows else pl.DataFrame(schema=BURST_COLUMNS)
+    requests = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    return Reproduction(name, tuple(patches), tuple(r["seed"] for r in rows), bursts, requests,
                         tuple(captures), round(launch_s, 2), first, engine, faults)
 
 
