@@ -11,30 +11,32 @@ calls equal the batch parse of the whole text:
 - Text outside blocks is content. Content containing a DSML marker (``LEAK_MARKERS``, e.g. a
   stray ``</｜DSML｜invoke>``) also sets ``leaked``.
 
-Block grammar (ws = spaces, tabs, newlines)::
-
-    block  := FC_OPEN ws (invoke ws)+ FC_CLOSE
-    invoke := INVOKE_OPEN tool_name TAG_END ws (param ws)* INVOKE_CLOSE
-    param  := PARAM_OPEN key (STRING_TRUE raw_text | STRING_FALSE json) PARAM_CLOSE
-
-Parameter values may not contain DSML markers; keys are unique within an invoke.
+The block grammar and its parser live in ``engine.dsml_grammar``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 
 from engine import tokenizer as T
 from engine.chat import ToolCall, ToolSpec
+from engine.dsml_grammar import (
+    LEAK_MARKERS,
+    PARAM_NAME_PATTERN,
+    TOOL_NAME_PATTERN,
+    BlockParser,
+    Incomplete,
+    Malformed,
+    has_marker,
+    partial_suffix,
+)
 
-TOOL_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
-PARAM_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"
-LEAK_MARKERS: tuple[str, ...] = ("｜DSML｜", T.STRING_TRUE, T.STRING_FALSE)
+__all__ = ["LEAK_MARKERS", "PARAM_NAME_PATTERN", "TOOL_NAME_PATTERN", "ContentDelta",
+           "ParseResult", "StreamingDSMLDetector", "ToolCallDelta", "arguments_json",
+           "parse_tool_calls", "tool_call_id"]
 _MARKER_TAIL = max(len(m) for m in LEAK_MARKERS) - 1
-_WS = " \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,13 @@ def parse_tool_calls(text: str, tools: list[ToolSpec] | None = None) -> ParseRes
         close = text.find(T.FC_CLOSE, start + len(T.FC_OPEN))
         pos = len(text) if close < 0 else close + len(T.FC_CLOSE)
         try:
-            calls += _BlockParser(text[start:pos], tools).parse()
-        except (_Malformed, _Incomplete):
+            calls += BlockParser(text[start:pos], tools).parse()
+        except (Malformed, Incomplete):
             content.append(text[start:pos])
             bad = True
     content.append(text[pos:])
     joined = "".join(content)
-    return ParseResult(joined, tuple(calls), bad or _has_marker(joined))
+    return ParseResult(joined, tuple(calls), bad or has_marker(joined))
 
 
 class StreamingDSMLDetector:
@@ -166,7 +168,7 @@ class StreamingDSMLDetector:
     def _step_outside(self, out: list[StreamEvent]) -> bool:
         start = self._buf.find(T.FC_OPEN)
         if start < 0:
-            self._emit_all_but(_partial_suffix(self._buf, T.FC_OPEN), out)
+            self._emit_all_but(partial_suffix(self._buf, T.FC_OPEN), out)
             return False
         self._emit_content(self._buf[:start], out)
         self._buf = self._buf[start:]
@@ -184,7 +186,7 @@ class StreamingDSMLDetector:
         if not self._bad and _is_malformed_prefix(self._buf, self._tools):
             self._bad = self.leaked = True
         if self._bad:
-            self._emit_all_but(_partial_suffix(self._buf, T.FC_CLOSE), out)
+            self._emit_all_but(partial_suffix(self._buf, T.FC_CLOSE), out)
         return False
 
     def _close_block(self, block: str, out: list[StreamEvent]) -> None:
@@ -192,8 +194,8 @@ class StreamingDSMLDetector:
             self._emit_content(block, out)
             return
         try:
-            calls = _BlockParser(block, self._tools).parse()
-        except (_Malformed, _Incomplete):
+            calls = BlockParser(block, self._tools).parse()
+        except (Malformed, Incomplete):
             self.leaked = True
             self._emit_content(block, out)
             return
@@ -215,7 +217,7 @@ class StreamingDSMLDetector:
         if not text:
             return
         window = self._tail + text
-        self.leaked |= _has_marker(window)
+        self.leaked |= has_marker(window)
         self._tail = window[-_MARKER_TAIL:]
         self._content.append(text)
         out.append(ContentDelta(text))
@@ -231,122 +233,11 @@ def _argument_fragments(arguments: dict) -> list[str]:
     return frags
 
 
-class _Incomplete(Exception):
-    """The text so far is a proper prefix of some well-formed block."""
-
-
-class _Malformed(Exception):
-    """No continuation of the text so far is a well-formed block."""
-
-
-def _has_marker(text: str) -> bool:
-    return any(m in text for m in LEAK_MARKERS)
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest proper suffix of ``text`` that is a prefix of ``tag``."""
-    for k in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:k]):
-            return k
-    return 0
-
-
 def _is_malformed_prefix(text: str, tools: list[ToolSpec] | None) -> bool:
     try:
-        _BlockParser(text, tools).parse()
-    except _Malformed:
+        BlockParser(text, tools).parse()
+    except Malformed:
         return True
-    except _Incomplete:
+    except Incomplete:
         pass
     return False
-
-
-# (full match, prefix match): every prefix of a valid name, "" included, matches the latter.
-_TOOL_NAME = (re.compile(TOOL_NAME_PATTERN), re.compile(f"(?:{TOOL_NAME_PATTERN})?"))
-_PARAM_NAME = (re.compile(PARAM_NAME_PATTERN), re.compile(f"(?:{PARAM_NAME_PATTERN})?"))
-
-
-def _json_value(raw: str):
-    def reject(constant: str):
-        raise ValueError(f"non-standard JSON constant {constant}")
-
-    try:
-        return json.loads(raw, parse_constant=reject)
-    except ValueError:
-        raise _Malformed from None
-
-
-class _BlockParser:
-    """Recursive-descent parser of one block; raises ``_Incomplete`` or ``_Malformed``.
-
-    Monotone: if a text is ``_Malformed``, so is every extension of it, which lets the
-    streaming detector give up on a block early without changing the final result.
-    """
-
-    def __init__(self, text: str, tools: list[ToolSpec] | None) -> None:
-        self.s, self.pos = text, 0
-        self.known = None if tools is None else {t.name for t in tools}
-
-    def parse(self) -> list[ToolCall]:
-        self._expect(T.FC_OPEN)
-        calls = []
-        tag = self._next_tag(T.INVOKE_OPEN)
-        while tag == T.INVOKE_OPEN:
-            calls.append(self._invoke())
-            tag = self._next_tag(T.INVOKE_OPEN, T.FC_CLOSE)
-        if self.pos != len(self.s):
-            raise _Malformed
-        return calls
-
-    def _invoke(self) -> ToolCall:
-        name = self._name(_TOOL_NAME)
-        if self.known is not None and name not in self.known:
-            raise _Malformed
-        self._expect(T.TAG_END)
-        args: dict = {}
-        while self._next_tag(T.PARAM_OPEN, T.INVOKE_CLOSE) == T.PARAM_OPEN:
-            key = self._name(_PARAM_NAME)
-            is_str = self._expect(T.STRING_TRUE, T.STRING_FALSE) == T.STRING_TRUE
-            raw = self._value()
-            if key in args:
-                raise _Malformed
-            args[key] = raw if is_str else _json_value(raw)
-        return ToolCall(name, args)
-
-    def _next_tag(self, *tags: str) -> str:
-        while self.pos < len(self.s) and self.s[self.pos] in _WS:
-            self.pos += 1
-        return self._expect(*tags)
-
-    def _expect(self, *tags: str) -> str:
-        rest = self.s[self.pos:]
-        for tag in tags:
-            if rest.startswith(tag):
-                self.pos += len(tag)
-                return tag
-        raise _Incomplete if any(t.startswith(rest) for t in tags) else _Malformed
-
-    def _name(self, matchers: tuple[re.Pattern, re.Pattern]) -> str:
-        """Reads a name up to (not including) the next quote."""
-        full, prefix = matchers
-        end = self.s.find('"', self.pos)
-        if end < 0:
-            raise _Incomplete if prefix.fullmatch(self.s, self.pos) else _Malformed
-        name = self.s[self.pos:end]
-        if not full.fullmatch(name):
-            raise _Malformed
-        self.pos = end
-        return name
-
-    def _value(self) -> str:
-        """Reads a raw value up to and including ``PARAM_CLOSE``."""
-        end = self.s.find(T.PARAM_CLOSE, self.pos)
-        if end < 0:
-            rest = self.s[self.pos:]
-            rest = rest[:len(rest) - _partial_suffix(rest, T.PARAM_CLOSE)]
-            raise _Malformed if _has_marker(rest) else _Incomplete
-        raw = self.s[self.pos:end]
-        if _has_marker(raw):
-            raise _Malformed
-        self.pos = end + len(T.PARAM_CLOSE)
-        return raw

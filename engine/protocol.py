@@ -1,9 +1,8 @@
-"""OpenAI-compatible request/response models (pydantic v2) for ``/v1/chat/completions``.
+"""OpenAI-compatible request and error models (pydantic v2) for ``/v1/chat/completions``.
 
 Requests are strict: unknown fields, wrong JSON types and out-of-range values are rejected with a
 ``ValidationError``; ``validation_error_message`` turns it into one line naming the field.
-Responses follow the OpenAI schema plus a per-choice ``dsml_leaked`` flag, which the official
-``openai`` SDK keeps as an extra field.
+Response bodies are modelled in ``engine.responses``.
 """
 
 from __future__ import annotations
@@ -218,85 +217,6 @@ class ChatCompletionRequest(_Request):
 def tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
     """The request's tools as ``ToolSpec`` (empty when no tools are declared)."""
     return [ToolSpec.from_openai(t.model_dump(exclude_none=True)) for t in req.tools or []]
-
-
-
-FinishReason = Literal["stop", "length", "tool_calls", "abort"]
-
-
-class FunctionCallOut(BaseModel):
-    name: str
-    arguments: str
-
-
-class ToolCallOut(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCallOut
-
-
-class ResponseMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None = None
-    tool_calls: list[ToolCallOut] | None = None
-
-
-class Choice(BaseModel):
-    index: int = 0
-    message: ResponseMessage
-    finish_reason: FinishReason
-    dsml_leaked: bool = False
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class ChatCompletion(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: Usage | None = None
-
-
-class DeltaFunction(BaseModel):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class DeltaToolCall(BaseModel):
-    index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: DeltaFunction | None = None
-
-
-class Delta(BaseModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    tool_calls: list[DeltaToolCall] | None = None
-
-
-class ChunkChoice(BaseModel):
-    index: int = 0
-    delta: Delta
-    finish_reason: FinishReason | None = None
-    dsml_leaked: bool | None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    """One SSE ``data:`` payload; the usage-only final chunk has ``choices == []``."""
-
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: Usage | None = None
 
 
 

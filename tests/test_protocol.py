@@ -13,22 +13,24 @@ from pydantic import ValidationError
 from engine.chat import ToolSpec, render_prompt
 from engine.dsml import parse_tool_calls
 from engine.protocol import (
+    ChatCompletionRequest,
+    ErrorResponse,
+    tool_specs,
+    validation_error_message,
+)
+from engine.responses import (
     ChatCompletion,
     ChatCompletionChunk,
-    ChatCompletionRequest,
     ChunkChoice,
     Delta,
     DeltaFunction,
     DeltaToolCall,
-    ErrorResponse,
     FunctionCallOut,
     ResponseMessage,
     ToolCallOut,
     Usage,
-    tool_specs,
-    validation_error_message,
 )
-from engine.protocol import Choice as RespChoice
+from engine.responses import Choice as RespChoice
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",

@@ -11,6 +11,7 @@ from workbench.buffers import (
 )
 from workbench.concurrency import LoadResult, LoadSummary, inject_concurrency, wilson
 from workbench.ddmin import DdminResult, ddmin
+from workbench.kernel_faults import perturb_op
 from workbench.kernels import (
     OPS,
     KernelCase,
@@ -20,7 +21,6 @@ from workbench.kernels import (
     make_case,
     mixed_kernel_set,
     model_divergence,
-    perturb_op,
     temporary_kernel_sets,
 )
 from workbench.launch import (

@@ -5,13 +5,12 @@ token counts and head sizes, odd page sizes, shuffled page tables, sequence leng
 never a whole number of pages) made with the torch references only, so a divergence in one op
 never leaks into another op's row.  :func:`model_divergence` runs the shipped model end to end
 with each set.  :func:`kernel_trial` turns the comparison into a ``trial(candidate, seed)`` for
-``workbench.bisect`` / ``ddmin``; :func:`mixed_kernel_set` and :func:`perturb_op` build the
-candidates (temporary registrations, fault injection).
+``workbench.bisect`` / ``ddmin``; :func:`mixed_kernel_set` builds candidates (temporary
+registrations; fault injection is ``workbench.kernel_faults.perturb_op``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 from collections.abc import Callable, Iterator, Sequence
@@ -176,7 +175,8 @@ class KernelComparison:
         return [op for op in OPS if op in bad]
 
 
-def _resolve(kernels: str | KernelSet) -> KernelSet:
+def resolve_kernels(kernels: str | KernelSet) -> KernelSet:
+    """A ``KernelSet`` as is, or the registered set of that name (``UnknownVariantError``)."""
     return kernels if isinstance(kernels, KernelSet) else get_kernels(kernels)
 
 
@@ -189,7 +189,7 @@ def compare_kernels(a: str | KernelSet = "torch", b: str | KernelSet = "triton",
     Names resolve through the kernel registry (unknown ones raise ``UnknownVariantError``
     listing the valid names); ``KernelSet`` objects are used as given.
     """
-    ka, kb = _resolve(a), _resolve(b)
+    ka, kb = resolve_kernels(a), resolve_kernels(b)
     rows = []
     for dtype in dtypes:
         for i in range(cases):
@@ -212,8 +212,9 @@ def mixed_kernel_set(name: str, base: str | KernelSet = "torch",
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         raise ValueError(f"unknown kernel ops {unknown}; valid: {', '.join(OPS)}")
-    fns = {op: src if callable(src) else getattr(_resolve(src), op) for op, src in ops.items()}
-    return replace(_resolve(base), name=name, **fns)
+    fns = {op: src if callable(src) else getattr(resolve_kernels(src), op)
+           for op, src in ops.items()}
+    return replace(resolve_kernels(base), name=name, **fns)
 
 
 @contextmanager
@@ -232,54 +233,6 @@ def temporary_kernel_sets(*sets: KernelSet) -> Iterator[list[str]]:
             del KERNELS._items[name]
 
 
-_PERTURB = {
-    "quantize_index_k": lambda out, eps: QuantizedIndexK(out.values, out.scale * (1 + eps)),
-    "dequantize_index_k": lambda out, eps: out + eps,
-    "indexer_topk": lambda out, eps: _drop_last(out),
-    "sparse_attention": lambda out, eps: out + eps,
-}
-
-
-def _drop_last(out: TopK) -> TopK:
-    """Forget each row's highest selected position (a valid TopK: in range, zero padded)."""
-    length = (out.length - 1).clamp_min(0)
-    keep = torch.arange(out.pos.shape[1])[None, :] < length[:, None]
-    return TopK(torch.where(keep, out.pos, 0), length)
-
-
-def _uniform(seed: int, op: str, args: tuple) -> float:
-    """U[0, 1) from ``seed`` and the bytes of the call's arguments (deterministic per input)."""
-    h = hashlib.blake2b(f"{seed}\x1f{op}".encode(), digest_size=8)
-    for arg in args:
-        for t in (arg.pos, arg.length) if isinstance(arg, TopK) else (arg,):
-            if isinstance(t, torch.Tensor):
-                h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-            else:
-                h.update(repr(t).encode())
-    return int.from_bytes(h.digest(), "big") / 2.0**64
-
-
-def perturb_op(kernels: str | KernelSet, op: str, *, p: float = 1.0, seed: int = 0,
-               eps: float = 1e-2, name: str | None = None) -> KernelSet:
-    """Fault injection: ``kernels`` whose ``op`` output is perturbed with probability ``p``.
-
-    Whether a call is perturbed is a pure function of ``(seed, op, argument bytes)``, so the
-    fault is flaky across inputs but reproducible for a seeded comparison.  Perturbations:
-    scale ``*(1+eps)`` (quantize), ``+eps`` (dequantize, attention), drop each row's last
-    selected position (top-k).  Hashes the arguments when ``p < 1`` (cost grows with caches).
-    """
-    if op not in OPS:
-        raise ValueError(f"unknown kernel op {op!r}; valid: {', '.join(OPS)}")
-    base = _resolve(kernels)
-    fn = getattr(base, op)
-
-    def perturbed(*args):
-        out = fn(*args)
-        return _PERTURB[op](out, eps) if p >= 1 or _uniform(seed, op, args) < p else out
-
-    return replace(base, name=name or f"{base.name}~{op}@{p:g}", **{op: perturbed})
-
-
 def kernel_trial(reference: str | KernelSet = "torch", *, donor: str | KernelSet = "triton",
                  cases: int = 1, dtypes: Sequence[str] = DTYPES, rtol: float = RTOL,
                  atol: float = ATOL) -> TrialFn:
@@ -294,8 +247,8 @@ def kernel_trial(reference: str | KernelSet = "torch", *, donor: str | KernelSet
             ks = get_kernels(candidate)
         else:
             ops = sorted(candidate)
-            ks = mixed_kernel_set(f"{_resolve(reference).name}+{'+'.join(ops)}", reference,
-                                  **dict.fromkeys(ops, _resolve(donor)))
+            ks = mixed_kernel_set(f"{resolve_kernels(reference).name}+{'+'.join(ops)}", reference,
+                                  **dict.fromkeys(ops, resolve_kernels(donor)))
         cmp = compare_kernels(reference, ks, seed=seed, cases=cases, dtypes=dtypes,
                               rtol=rtol, atol=atol)
         return not cmp.within_tolerance
