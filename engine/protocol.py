@@ -11,6 +11,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
+from fastapi.responses import JSONResponse
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -224,7 +225,7 @@ class ErrorDetail(BaseModel):
     message: str
     type: str = "invalid_request_error"
     param: str | None = None
-    code: str | None = None
+    code: int | str | None = None  # our servers put the HTTP status here
 
 
 class ErrorResponse(BaseModel):
@@ -238,6 +239,19 @@ class ErrorResponse(BaseModel):
         lead = re.match(r"(?:Value error, )?(\w+): ", err["msg"])
         param = _loc_text(err["loc"]) or (lead.group(1) if lead else None)
         return cls(error=ErrorDetail(message=validation_error_message(exc), param=param))
+
+    @classmethod
+    def of_status(cls, status: int, message: str, param: str | None = None) -> ErrorResponse:
+        """The body a server answers with ``status``: 5xx are ``server_error``, else
+        ``invalid_request_error``; ``code`` is the status."""
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return cls(error=ErrorDetail(message=message, type=kind, param=param, code=status))
+
+
+def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
+    """The answer with ``status`` and an ``ErrorResponse.of_status`` body (server and router)."""
+    body = ErrorResponse.of_status(status, message, param)
+    return JSONResponse(body.model_dump(), status_code=status)
 
 
 def validation_error_message(exc: ValidationError) -> str:

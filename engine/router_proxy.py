@@ -10,14 +10,9 @@ import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine.protocol import error_response as error
+
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the answer
-
-
-def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    """OpenAI-style error body, the shape of ``engine.server.error`` (which pulls in torch)."""
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
-                                   "code": status}}, status_code=status)
 
 
 class UpstreamError(Exception):

@@ -9,27 +9,46 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sequence
 
 import pydantic
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from engine.chat import ToolCall
 from engine.debug import add_debug_routes
-from engine.dsml import ContentDelta, StreamingDSMLDetector, parse_tool_calls, tool_call_id
+from engine.dsml import (
+    ContentDelta,
+    StreamingDSMLDetector,
+    ToolCallDelta,
+    arguments_json,
+    parse_tool_calls,
+    tool_call_id,
+)
 from engine.engine import Engine, PromptTooLongError
 from engine.generation import Generation, PromptPlan, plan_prompt
 from engine.metrics import Metrics, engine_gauges
 from engine.protocol import ChatCompletionRequest, tool_specs, validation_error_message
+from engine.protocol import error_response as error
+from engine.responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    Delta,
+    DeltaFunction,
+    DeltaToolCall,
+    FunctionCallOut,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCallOut,
+    Usage,
+)
+from engine.responses import FinishReason as FinishReasonOut
 from engine.sequence import FinishReason, SamplingParams
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"
-
-
-def error(status: int, message: str, param: str | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param,
-                                   "code": status}}, status_code=status)
 
 
 async def parse_request(request: Request) -> ChatCompletionRequest | JSONResponse:
@@ -51,24 +70,25 @@ def sampling_params(req: ChatCompletionRequest, default_max: int) -> SamplingPar
                           seed=req.seed or 0)
 
 
-def finish_reason(gen: Generation, has_calls: bool) -> str:
+def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
     if has_calls:
         return "tool_calls"
     return {FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}.get(gen.finish_reason,
                                                                           "stop")
 
 
-def tool_call_dicts(calls) -> list[dict]:
-    return [{"id": tool_call_id(i, c), "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-            for i, c in enumerate(calls)]
+def tool_calls_out(calls: Sequence[ToolCall]) -> list[ToolCallOut] | None:
+    out = [ToolCallOut(id=tool_call_id(i, c),
+                       function=FunctionCallOut(name=c.name, arguments=arguments_json(c.arguments)))
+           for i, c in enumerate(calls)]
+    return out or None
 
 
-def usage(gen: Generation) -> dict:
+def usage(gen: Generation) -> Usage:
     n = len(gen.tokens)
-    return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": n,
-            "total_tokens": gen.prompt_tokens + n,
-            "prompt_tokens_details": {"cached_tokens": gen.num_cached}}
+    return Usage(prompt_tokens=gen.prompt_tokens, completion_tokens=n,
+                 total_tokens=gen.prompt_tokens + n,
+                 prompt_tokens_details=PromptTokensDetails(cached_tokens=gen.num_cached))
 
 
 class ChatServer:
@@ -137,14 +157,14 @@ class ChatServer:
         text = gen.plan.forced_prefix + "".join(gen.text_of(t) for t in gen.tokens)
         parsed = parse_tool_calls(text, gen.plan.tools or None)
         self._count_leak(parsed.leaked)
-        message = {"role": "assistant", "content": parsed.content or None,
-                   "tool_calls": tool_call_dicts(parsed.calls) or None}
-        return JSONResponse({
-            "id": f"chatcmpl-{gen.rid}", "object": "chat.completion", "created": int(gen.created),
-            "model": MODEL_NAME, "usage": usage(gen),
-            "choices": [{"index": 0, "message": message, "dsml_leaked": parsed.leaked,
-                         "finish_reason": finish_reason(gen, bool(parsed.calls)),
-                         **({"token_ids": gen.tokens} if gen.want_token_ids else {})}]})
+        message = ResponseMessage(content=parsed.content or None,
+                                  tool_calls=tool_calls_out(parsed.calls))
+        choice = Choice(message=message, dsml_leaked=parsed.leaked,
+                        finish_reason=finish_reason(gen, bool(parsed.calls)),
+                        token_ids=gen.tokens if gen.want_token_ids else None)
+        body = ChatCompletion(id=f"chatcmpl-{gen.rid}", created=int(gen.created), model=MODEL_NAME,
+                              choices=[choice], usage=usage(gen))
+        return JSONResponse(body.model_dump())
 
     async def _watch_disconnect(self, gen: Generation, request: Request) -> None:
         while gen.finish_reason is None:
@@ -158,14 +178,13 @@ class ChatServer:
 
     async def stream(self, gen: Generation, request: Request, include_usage: bool):
         det = StreamingDSMLDetector(gen.plan.tools or None)
-        base = {"id": f"chatcmpl-{gen.rid}", "object": "chat.completion.chunk",
-                "created": int(gen.created), "model": MODEL_NAME}
+        base = {"id": f"chatcmpl-{gen.rid}", "created": int(gen.created), "model": MODEL_NAME}
 
-        def chunk(delta: dict, finish: str | None = None, **extra) -> str:
-            choice = {"index": 0, "delta": delta, "finish_reason": finish, **extra}
-            return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n"
+        def chunk(delta: Delta, finish: FinishReasonOut | None = None, **extra) -> str:
+            choice = ChunkChoice(delta=delta, finish_reason=finish, **extra)
+            return ChatCompletionChunk(**base, choices=[choice]).sse()
 
-        yield chunk({"role": "assistant", "content": ""})
+        yield chunk(Delta(role="assistant", content=""))
         pending = [gen.plan.forced_prefix] if gen.plan.forced_prefix else []
         async for ev in gen.events():
             pending.append(gen.text_of(ev.token))
@@ -175,22 +194,21 @@ class ChatServer:
         for d in det.finish():
             yield chunk(self._delta(d))
         self._count_leak(det.leaked)
-        extra = {"token_ids": gen.tokens} if gen.want_token_ids else {}
-        yield chunk({}, finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked, **extra)
+        yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked,
+                    token_ids=gen.tokens if gen.want_token_ids else None)
         if include_usage:
-            yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage(gen)})}\n\n"
+            yield ChatCompletionChunk(**base, choices=[], usage=usage(gen)).sse()
         yield "data: [DONE]\n\n"
 
     @staticmethod
-    def _delta(ev) -> dict:
+    def _delta(ev: ContentDelta | ToolCallDelta) -> Delta:
         if isinstance(ev, ContentDelta):
-            return {"content": ev.text}
-        fn = {"arguments": ev.arguments}
-        call = {"index": ev.index, "function": fn}
-        if ev.name is not None:
-            fn["name"] = ev.name
-            call.update(id=ev.id, type="function")
-        return {"tool_calls": [call]}
+            return Delta(content=ev.text)
+        fn = DeltaFunction(name=ev.name, arguments=ev.arguments)
+        first = ev.name is not None  # the first delta of a call carries its id and type
+        call = DeltaToolCall(index=ev.index, function=fn, id=ev.id if first else None,
+                             type="function" if first else None)
+        return Delta(tool_calls=[call])
 
 
 def create_app(engine: Engine, debug_token: str | None = None) -> FastAPI:

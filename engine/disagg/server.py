@@ -19,8 +19,9 @@ from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
 from engine.generation import Generation
 from engine.protocol import ChatCompletionRequest
+from engine.protocol import error_response as error
 from engine.sequence import SamplingParams
-from engine.server import ChatServer, error, parse_request
+from engine.server import ChatServer, parse_request
 from engine.transfer import EndpointBlob
 
 
