@@ -35,9 +35,12 @@ seed = 0
 max_bursts = 6
 stop_on = "leaked"
 stop_after_flags = 1
+findings_ledger = "runs/findings.jsonl"
 
 # %%
 import polars as pl
+
+from workbench import record_finding
 
 from workbench.investigate import flagged_requests, rates_table, reproduce
 from workbench.plots import plot_bursts, plot_rates
@@ -83,9 +86,14 @@ flagged_requests(buggy)
 # %%
 b = rates.row(0, named=True)
 leaks = buggy.requests.filter(pl.col("v_leaked"))
-assert b["leaked"] > 0 and b["flagged"] >= b["leaked"], b
-assert (leaks["v_ref_match"] == False).all(), leaks  # noqa: E712
-assert b["stale_reads"] > 0 and b["stale_sends"] > 0, b
+replay = {"patches": buggy_patches, "seeds": buggy.seeds, "sessions": sessions, "turns": turns,
+          "max_tokens": max_tokens}
+print(record_finding(
+    "the buggy variants leak DSML into content; the race really fired",
+    {"DSML leaked": b["leaked"] > 0, "every leak is flagged": b["flagged"] >= b["leaked"],
+     "every leak is a reference mismatch": not leaks["v_ref_match"].any(),
+     "stale index-K reads": b["stale_reads"] > 0, "stale index-K sends": b["stale_sends"] > 0},
+    evidence=b, replay=replay, source="01_reproduce_corruption", ledger=findings_ledger))
 print(f"buggy: {b['leaked']} DSML leaks, {b['flagged']}/{b['requests']} flagged "
       f"({b['rate']:.1%}, 95% CI {b['lo']:.1%}-{b['hi']:.1%}); first flag "
       f"{buggy.first_flag_s}s after launch")
@@ -95,6 +103,11 @@ print(f"buggy: {b['leaked']} DSML leaks, {b['flagged']}/{b['requests']} flagged 
 
 # %%
 f = rates.row(1, named=True)
-assert f["flagged"] == 0 and f["leaked"] == 0 and f["requests"] >= b["requests"], f
-assert f["stale_reads"] == 0 and f["stale_sends"] == 0, f
+print(record_finding(
+    "over the same seeded load the fixed variants never corrupt, never race",
+    {"no flags": f["flagged"] == 0, "no leaks": f["leaked"] == 0,
+     "at least the buggy run's load": f["requests"] >= b["requests"],
+     "no stale reads or sends": f["stale_reads"] == 0 and f["stale_sends"] == 0},
+    evidence=f, replay={**replay, "patches": []}, source="01_reproduce_corruption",
+    ledger=findings_ledger))
 print(f"fixed: 0/{f['requests']} flagged (95% CI upper bound {f['hi']:.1%})")

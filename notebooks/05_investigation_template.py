@@ -16,7 +16,8 @@
 #
 # Copy this notebook for a new bug. Cells: launch a PD pair with the variants under suspicion,
 # inject concurrency with the oracle, dump and diff the buffers of a request, record findings
-# as cells that assert what they claim.
+# with `record_finding`: named checks that fail the cell (and the re-run) when they no longer
+# hold, kept with their evidence and replay seeds in a ledger (`wb findings` lists it).
 
 # %% tags=["parameters"]
 patches = []
@@ -26,9 +27,16 @@ sessions = 2
 turns = 1
 seed = 0
 max_tokens = 80
+findings_ledger = "runs/findings.jsonl"
 
 # %%
-from workbench import diff_against_reference, dump_buffers, inject_concurrency, launch_pd_pair
+from workbench import (
+    diff_against_reference,
+    dump_buffers,
+    inject_concurrency,
+    launch_pd_pair,
+    record_finding,
+)
 from workbench.plots import plot_latency, plot_layer_errors
 
 pair = launch_pd_pair(patches=patches, engine=engine, faults=faults)
@@ -59,6 +67,11 @@ plot_layer_errors(diff);
 
 # %%
 if not patches:
-    assert res.summary.ref_mismatch == 0, res.summary
-    assert diff.first_bad_layer is None, diff.summary
+    print(record_finding(
+        "with the default variants every buffer equals the reference",
+        {"no reference mismatch": res.summary.ref_mismatch == 0,
+         "no bad layer in the dump": diff.first_bad_layer is None},
+        evidence={"requests": res.summary.requests, "room": room},
+        replay={"patches": patches, "faults": faults, "seed": seed, "sessions": sessions},
+        source="05_investigation_template", ledger=findings_ledger))
 pair.close()

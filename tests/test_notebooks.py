@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.findings import read_findings
 from workbench.report import run_report
 
 pytestmark = pytest.mark.slow
@@ -36,11 +37,17 @@ def test_notebook_executes_and_exports_html(tmp_path, name):
     params = dict(SMALL[name])
     if name.startswith("03"):
         params["store"] = str(tmp_path / "bisect.sqlite")
+    if name.startswith(("01", "05")):
+        params["findings_ledger"] = str(tmp_path / "findings.jsonl")
     html = run_report(NOTEBOOKS / name, params, tmp_path, timeout_s=900)
     text = html.read_text()
     assert "Traceback" not in text
     assert RENDERED[name] in text
     assert "data:image/png;base64" in text, "plots are embedded in the report"
+    if "findings_ledger" in params:
+        ledger = read_findings(params["findings_ledger"])
+        assert ledger.height == (2 if name.startswith("01") else 1), ledger
+        assert ledger["held"].all(), ledger
 
 
 def test_every_notebook_is_paired_and_tested():

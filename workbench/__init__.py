@@ -11,6 +11,7 @@ from workbench.buffers import (
 )
 from workbench.concurrency import LoadResult, LoadSummary, inject_concurrency, wilson
 from workbench.ddmin import DdminResult, ddmin
+from workbench.findings import Finding, FindingNotSupported, read_findings, record_finding
 from workbench.kernel_faults import perturb_op
 from workbench.kernels import (
     OPS,
@@ -47,4 +48,5 @@ __all__ = [
     "series_candidates", "snapshot_queues", "wilson",
     "OPS", "KernelCase", "KernelComparison", "compare_kernels", "kernel_trial", "make_case",
     "mixed_kernel_set", "model_divergence", "perturb_op", "temporary_kernel_sets",
+    "Finding", "FindingNotSupported", "read_findings", "record_finding",
 ]

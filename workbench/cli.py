@@ -6,6 +6,7 @@
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
   wb report NOTEBOOK -p key value ...
   wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
+  wb findings [--ledger runs/findings.jsonl] [--out runs/findings.parquet]
 """
 
 from __future__ import annotations
@@ -117,6 +118,21 @@ def cmd_report(args) -> None:
     log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
 
 
+def cmd_findings(args) -> None:
+    import polars as pl
+
+    from workbench.findings import read_findings
+
+    df = read_findings(args.ledger)
+    with pl.Config(tbl_rows=-1, fmt_str_lengths=60):
+        log.info("\n%s", df.select("recorded_at", "title", "held", "failed", "commit", "source"))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        df.write_parquet(args.out)
+    held = int(df["held"].sum())
+    log.info("%d findings recorded, %d held, %d not supported", df.height, held, df.height - held)
+
+
 def _names(spec: str) -> list[str]:
     return [n for n in spec.split(",") if n] if spec else []
 
@@ -172,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     ker.add_argument("--seed", type=int, default=0)
     ker.add_argument("--cases", type=int, default=8)
     ker.add_argument("--out", default="runs/kernels.parquet")
+    fin = sub.add_parser("findings", help="list the recorded findings (which held, where)")
+    fin.add_argument("--ledger", default="runs/findings.jsonl")
+    fin.add_argument("--out", help="also write the table as Parquet")
     return ap
 
 
@@ -181,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "load" and not (args.state or args.url):
         raise SystemExit("wb load: give --state or --url")
     {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
-     "report": cmd_report, "kernels": cmd_kernels}[args.cmd](args)
+     "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings}[args.cmd](args)
 
 
 if __name__ == "__main__":
