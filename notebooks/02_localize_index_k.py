@@ -27,11 +27,12 @@ turns = 2
 max_tokens = 120
 seed = 0
 max_bursts = 6
+findings_ledger = "runs/findings.jsonl"
 
 # %%
 import polars as pl
 
-from workbench import ReferenceBuffers, diff_against_reference, load_dump
+from workbench import ReferenceBuffers, diff_against_reference, load_dump, record_finding
 from workbench.investigate import flagged_requests, reproduce
 from workbench.plots import plot_diff_heatmap, plot_layer_errors
 
@@ -81,11 +82,19 @@ d_dec.summary
 s = d_pre.summary
 first = s.filter(pl.col("layer") == d_pre.first_bad_layer)
 bad_first = set(first.filter(pl.col("bad_positions") > 0)["buffer"])
-assert bad_first == {"index_k_read_f32"}, first
 stale = d_pre.per_position[f"layer{d_pre.first_bad_layer}.index_k_read_f32"]
 stale_pos = (stale > 0).nonzero().flatten()
-assert 0 < len(stale_pos) and int(stale_pos.max()) < prefill.num_cached, (stale_pos,
-                                                                           prefill.num_cached)
+replay = {"patches": patches, "seeds": rep.seeds, "room": room, "sessions": sessions,
+          "turns": turns, "max_tokens": max_tokens}
+print(record_finding(
+    "the first bad buffer is index-K as read, first bad layer, inside the loaded prefix",
+    {"only index-K-as-read is bad in the first bad layer": bad_first == {"index_k_read_f32"},
+     "some positions are stale": len(stale_pos) > 0,
+     "all stale positions are in the loaded prefix":
+         len(stale_pos) > 0 and int(stale_pos.max()) < prefill.num_cached},
+    evidence={"first_bad_layer": d_pre.first_bad_layer, "bad_buffers": sorted(bad_first),
+              "stale_positions": len(stale_pos), "num_cached": prefill.num_cached},
+    replay=replay, source="02_localize_index_k", ledger=findings_ledger))
 print(f"layer {d_pre.first_bad_layer}: index-K read stale at {len(stale_pos)} positions in "
       f"[{int(stale_pos.min())}, {int(stale_pos.max())}], all inside the "
       f"{prefill.num_cached}-token loaded prefix")
@@ -98,11 +107,18 @@ print(f"layer {d_pre.first_bad_layer}: index-K read stale at {len(stale_pos)} po
 
 # %%
 stored = s.filter(pl.col("buffer") != "index_k_read_f32", pl.col("bad_positions") > 0)
-assert stored.height > 0 and stored["layer"].min() > d_pre.first_bad_layer, stored
 T = len(prefill.tokens)
 kv_same = {k: bool((decode.tensors[k][:T] == v).all()) for k, v in prefill.tensors.items()
            if k.endswith((".k", ".v"))}
-assert kv_same and all(kv_same.values()), kv_same
+print(record_finding(
+    "stored K/V is wrong only downstream, and the transfer copied it exactly",
+    {"stored buffers are wrong somewhere": stored.height > 0,
+     "only in layers after the first bad one":
+         stored.height > 0 and stored["layer"].min() > d_pre.first_bad_layer,
+     "decode K/V == prefill K/V, bit for bit": bool(kv_same) and all(kv_same.values())},
+    evidence={"wrong_stored": stored.select("layer", "buffer", "bad_positions"),
+              "kv_layers_compared": len(kv_same)},
+    replay=replay, source="02_localize_index_k", ledger=findings_ledger))
 
 # %% [markdown]
 # Did the decode also get stale index-K? Inside the loaded prefix, before the first position

@@ -31,13 +31,14 @@ confidence = 0.9
 max_trials = 40
 seed = 0
 store = "runs/03-bisect.sqlite"
+findings_ledger = "runs/findings.jsonl"
 
 # %%
 from pathlib import Path
 
 import polars as pl
 
-from workbench import bisect_patch_series, default_repeats, series_candidates
+from workbench import bisect_patch_series, default_repeats, record_finding, series_candidates
 from workbench.plots import plot_posterior, plot_trial_timeline
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +80,13 @@ print(f"fixed-repeat: {per_probe} clean trials per good call, at most {fixed_cos
 
 # %%
 added = res.culprit.lstrip("+").split("+")[-1] if res.culprit else None
-assert res.converged and res.confidence >= confidence, res
-assert added == "hicache_index_k_no_wait", res.culprit
+print(record_finding(
+    "the culprit is the patch that drops the index-K wait gate",
+    {"bisection converged": res.converged,
+     f"posterior >= {confidence}": res.confidence >= confidence,
+     "culprit adds hicache_index_k_no_wait": added == "hicache_index_k_no_wait"},
+    evidence={"culprit": res.culprit, "posterior": res.confidence, "trials": res.trials_spent,
+              "fail_rate_bad": res.estimated_fail_rate_bad},
+    replay={"series": series, "seed": seed, "sessions": sessions, "store": store},
+    source="03_bisect_patch_series", ledger=findings_ledger))
 print(f"culprit patch: {added}")

@@ -51,6 +51,8 @@ def test_bad_findings_are_rejected_before_anything_is_written(tmp_path):
         record_finding("t", {}, ledger=ledger)
     with pytest.raises(TypeError, match="must be a bool, got int"):
         record_finding("t", {"count": 3}, ledger=ledger)
+    with pytest.raises(TypeError, match="evidence must be a mapping of name -> value, got Data"):
+        record_finding("t", {"ok": True}, evidence=pl.DataFrame({"a": [1]}), ledger=ledger)
     with pytest.raises(ValueError, match="needs a title"):
         record_finding("  ", {"ok": True}, ledger=ledger)
     assert not ledger.exists()

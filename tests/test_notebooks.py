@@ -23,6 +23,10 @@ SMALL = {
     "04_wedge_vs_corruption.py": {},
     "05_investigation_template.py": {"sessions": 2, "turns": 1, "max_tokens": 60},
 }
+FINDINGS = {  # findings each notebook records (all must hold)
+    "01_reproduce_corruption.py": 2, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
+    "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
+}
 RENDERED = {  # text each executed report must contain
     "01_reproduce_corruption.py": "flagged (95% CI upper bound",
     "02_localize_index_k.py": "all inside the",
@@ -37,20 +41,17 @@ def test_notebook_executes_and_exports_html(tmp_path, name):
     params = dict(SMALL[name])
     if name.startswith("03"):
         params["store"] = str(tmp_path / "bisect.sqlite")
-    if name.startswith(("01", "05")):
-        params["findings_ledger"] = str(tmp_path / "findings.jsonl")
+    params["findings_ledger"] = str(tmp_path / "findings.jsonl")
     html = run_report(NOTEBOOKS / name, params, tmp_path, timeout_s=900)
     text = html.read_text()
     assert "Traceback" not in text
     assert RENDERED[name] in text
     assert "data:image/png;base64" in text, "plots are embedded in the report"
-    if "findings_ledger" in params:
-        ledger = read_findings(params["findings_ledger"])
-        assert ledger.height == (2 if name.startswith("01") else 1), ledger
-        assert ledger["held"].all(), ledger
+    ledger = read_findings(params["findings_ledger"])
+    assert ledger.height == FINDINGS[name] and ledger["held"].all(), ledger
 
 
 def test_every_notebook_is_paired_and_tested():
     pys = {p.name for p in NOTEBOOKS.glob("*.py")}
-    assert pys == set(SMALL) == set(RENDERED)
+    assert pys == set(SMALL) == set(RENDERED) == set(FINDINGS)
     assert all((NOTEBOOKS / n).with_suffix(".ipynb").exists() for n in pys)

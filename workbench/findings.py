@@ -121,6 +121,10 @@ def record_finding(title: str, checks: Mapping[str, object], *, evidence: Mappin
     """
     if not title.strip():
         raise ValueError("a finding needs a title")
+    for name, value in (("evidence", evidence), ("replay", replay)):
+        if value is not None and not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a mapping of name -> value, "
+                            f"got {type(value).__name__}")
     finding = Finding(title, _checks(checks), jsonable(dict(evidence or {})),
                       jsonable(dict(replay or {})), source, _commit(),
                       datetime.now(timezone.utc).isoformat(timespec="seconds"))
