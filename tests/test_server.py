@@ -109,3 +109,25 @@ def test_models_and_metrics(server):
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "tiny-deepseek"
     text = httpx.get(server.url + "/metrics").text
     assert "pdwb_free_pages" in text and "pdwb_requests_total" in text
+
+
+def test_debug_routes_are_loopback_only_and_token_protected():
+    from fastapi.testclient import TestClient
+
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.server import create_app
+
+    app = create_app(Engine(EngineConfig()), debug_token="s3cret")
+    with TestClient(app) as local, TestClient(app, client=("10.0.0.5", 5000)) as remote:
+        assert remote.get("/debug/config", headers={"x-debug-token": "s3cret"}).status_code == 403
+        assert local.get("/debug/config").status_code == 401
+        assert local.get("/debug/queues", headers={"x-debug-token": "wrong"}).status_code == 401
+        ok = {"x-debug-token": "s3cret"}
+        assert local.get("/debug/config", headers=ok).json()["patches"] == []
+        assert [p["enabled"] for p in local.get("/debug/patches", headers=ok).json()["patches"]]
+        assert local.get("/debug/hicache", headers=ok).json() == {"jobs": []}
+        missing = local.get("/debug/dump", headers=ok, params={"rid": "nope"})
+        assert missing.status_code == 404 and "neither live nor captured" in missing.text
+        assert local.get("/debug/dump", headers=ok).status_code == 404
+        assert local.post("/debug/config", headers=ok).status_code == 405
