@@ -1,6 +1,7 @@
 """Seeded synthetic multi-turn agentic transcripts (tools line, asks, DSML calls, results).
 
-Every transcript is a pure function of its seed: ``make_transcript(seed)`` is replayable.
+Every transcript is a pure function of its seed and of the shipped tool pool
+(``data/tools/agentic_tools.json``): ``make_transcript(seed)`` is replayable.
 """
 
 from __future__ import annotations
@@ -8,63 +9,73 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.chat import ToolCall, ToolSpec, render_prompt
 
-CITIES = ["Paris", "Oslo", "Lima", "Cairo", "Tokyo", "Quito", "Hanoi", "Dakar", "Perth", "Riga",
-          "Bern", "Accra", "Doha", "Kyiv", "Sofia", "Turin", "Porto", "Davos", "Nice", "Bonn"]
-NAMES = ["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lena",
-         "Mo", "Nia", "Otto", "Pia", "Raj", "Sven", "Tara", "Uma"]
-ITEMS = ["lamp", "desk", "mug", "sofa", "kite", "drum", "vase", "boot", "tent", "sled", "hat",
-         "pen", "cup", "rug", "fan", "bag"]
-CURRENCIES = ["USD", "EUR", "JPY", "GBP", "CHF", "INR", "BRL", "CAD"]
-TOPICS = ["jazz", "chess", "rust", "tides", "bees", "opera", "ramen", "yoga", "moss", "comets"]
+TOOLS_FILE = Path(__file__).resolve().parent.parent / "data" / "tools" / "agentic_tools.json"
+INT_KIND = "n"  # integer 1..999; every other kind draws from the pool's ``values``
 
-# name -> (params with kinds, ask templates). Kinds: city/name/item/cur/topic (str), n (int).
-TOOL_POOL: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
-    "get_weather": ((("city", "city"),),
-                    ("What's the weather in {city}?", "Is it cold in {city}?")),
-    "get_time": ((("city", "city"),), ("What time is it in {city}?",)),
-    "convert": ((("amount", "n"), ("src", "cur"), ("dst", "cur")),
-                ("Convert {amount} {src} to {dst}.", "How much is {amount} {src} in {dst}?")),
-    "send_email": ((("to", "name"), ("subject", "topic")),
-                   ("Email {to} about {subject}.", "Send {to} a note on {subject}.")),
-    "book_table": ((("city", "city"), ("people", "n")),
-                   ("Book a table in {city} for {people}.",
-                    "Reserve dinner for {people} in {city}.")),
-    "search_web": ((("query", "topic"),), ("Search the web for {query}.", "Look up {query}.")),
-    "add_todo": ((("task", "item"), ("priority", "n")),
-                 ("Add a todo: buy {task}, priority {priority}.",)),
-    "get_stock": ((("item", "item"),), ("How many {item} are in stock?", "Check stock of {item}.")),
-    "order_item": ((("item", "item"), ("qty", "n")),
-                   ("Order {qty} {item}.", "Please buy {qty} of the {item}.")),
-    "call_contact": ((("name", "name"),), ("Call {name}.", "Phone {name} now.")),
-    "set_timer": ((("minutes", "n"),), ("Set a timer for {minutes} minutes.",)),
-    "translate": ((("text", "topic"), ("lang", "cur")), ("Translate {text} into {lang}.",)),
-    "find_flight": ((("src", "city"), ("dst", "city")),
-                    ("Find a flight from {src} to {dst}.", "Fly me {src} to {dst}.")),
-    "get_news": ((("topic", "topic"),), ("Any news about {topic}?",)),
-    "rate_movie": ((("title", "topic"), ("stars", "n")), ("Rate the film {title} {stars} stars.",)),
-    "pay_bill": ((("payee", "name"), ("amount", "n")), ("Pay {payee} {amount} dollars.",)),
-    "get_route": ((("city", "city"), ("stops", "n")),
-                  ("Plan a route in {city} with {stops} stops.",)),
-    "lookup_user": ((("name", "name"),), ("Who is {name}?", "Look up the user {name}.")),
-    "play_music": ((("genre", "topic"),), ("Play some {genre}.",)),
-    "ship_parcel": ((("item", "item"), ("city", "city")), ("Ship the {item} to {city}.",)),
-}
-KIND_TYPE = {"n": "int"}
-SYSTEM_PROMPT = "You are a careful agent. Answer each ask with one tool call."
-RESULTS = ["ok", "done", "sunny", "42", "7 left", "booked", "sent", "3pm", "found 2", "paid"]
+
+@dataclass(frozen=True)
+class ToolTemplate:
+    """One tool of the pool: typed params (``(name, kind)``) and ask templates over them."""
+
+    name: str
+    params: tuple[tuple[str, str], ...]
+    asks: tuple[str, ...]
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, tuple((p, "int" if k == INT_KIND else "str")
+                                         for p, k in self.params))
+
+
+@dataclass(frozen=True)
+class ToolPool:
+    """The synthetic sessions' tools, value vocabularies, results and system prompt.
+
+    Invariants: tool names are unique; every param kind is ``INT_KIND`` or a key of ``values``;
+    every ask template names only its tool's params.
+    """
+
+    system_prompt: str
+    results: tuple[str, ...]
+    values: dict[str, tuple[str, ...]]
+    tools: dict[str, ToolTemplate]
+
+    def __post_init__(self) -> None:
+        for t in self.tools.values():
+            kinds = {k for _, k in t.params} - {INT_KIND} - set(self.values)
+            if kinds:
+                raise ValueError(f"tool {t.name!r}: unknown param kinds {sorted(kinds)}")
+            names = {p: "" for p, _ in t.params}
+            for ask in t.asks:
+                try:
+                    ask.format(**names)
+                except (KeyError, IndexError) as exc:
+                    raise ValueError(f"tool {t.name!r}: ask {ask!r} names {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path = TOOLS_FILE) -> ToolPool:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        tools = [ToolTemplate(t["name"], tuple((p["name"], p["kind"]) for p in t["params"]),
+                              tuple(t["asks"])) for t in raw["tools"]]
+        if len({t.name for t in tools}) != len(tools):
+            raise ValueError(f"{path}: duplicate tool names")
+        return cls(raw["system_prompt"], tuple(raw["results"]),
+                   {k: tuple(v) for k, v in raw["values"].items()}, {t.name: t for t in tools})
+
+
+POOL = ToolPool.load()
+SYSTEM_PROMPT = POOL.system_prompt
 
 
 def tool_spec(name: str) -> ToolSpec:
-    params, _ = TOOL_POOL[name]
-    return ToolSpec(name, tuple((p, KIND_TYPE.get(kind, "str")) for p, kind in params))
+    return POOL.tools[name].spec()
 
 
 def sample_value(rng: random.Random, kind: str):
-    pools = {"city": CITIES, "name": NAMES, "item": ITEMS, "cur": CURRENCIES, "topic": TOPICS}
-    return rng.randint(1, 999) if kind == "n" else rng.choice(pools[kind])
+    return rng.randint(1, 999) if kind == INT_KIND else rng.choice(POOL.values[kind])
 
 
 @dataclass(frozen=True)
@@ -105,16 +116,16 @@ def _openai_call(call: ToolCall) -> dict:
 
 
 def make_round(rng: random.Random, name: str) -> Round:
-    params, asks = TOOL_POOL[name]
-    args = {p: sample_value(rng, kind) for p, kind in params}
-    ask = rng.choice(asks).format(**args)
-    result = json.dumps({"result": rng.choice(RESULTS)})
+    tool = POOL.tools[name]
+    args = {p: sample_value(rng, kind) for p, kind in tool.params}
+    ask = rng.choice(tool.asks).format(**args)
+    result = json.dumps({"result": rng.choice(POOL.results)})
     answer = f"{name} says: {result}"
     return Round(ask, ToolCall(name, args), result, answer)
 
 
 def make_transcript(seed: int, min_tools: int = 3, max_tools: int = 6) -> Transcript:
     rng = random.Random(seed)
-    names = rng.sample(sorted(TOOL_POOL), rng.randint(min_tools, max_tools))
+    names = rng.sample(sorted(POOL.tools), rng.randint(min_tools, max_tools))
     rounds = tuple(make_round(rng, rng.choice(names)) for _ in range(rng.randint(1, 3)))
     return Transcript(seed, tuple(tool_spec(n) for n in names), rounds)

@@ -23,19 +23,18 @@
 patches = []
 engine = {"debug_capture": 16}
 faults = {"seed": 0}
-sessions = 2
-turns = 1
-seed = 0
-max_tokens = 80
+workload = "smoke"  # a shipped load shape (`list_workloads()`), or a path to a workload file
+load_overrides = {"seed": 0}
 findings_ledger = "runs/findings.jsonl"
 
 # %%
 from workbench import (
     diff_against_reference,
     dump_buffers,
-    inject_concurrency,
     launch_pd_pair,
+    list_workloads,
     record_finding,
+    run_workload,
 )
 from workbench.plots import plot_latency, plot_layer_errors
 
@@ -43,7 +42,10 @@ pair = launch_pd_pair(patches=patches, engine=engine, faults=faults)
 pair.debug("/debug/patches")
 
 # %%
-res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed, max_tokens=max_tokens)
+list_workloads()
+
+# %%
+res = run_workload(pair, workload, **load_overrides)
 res.summary
 
 # %%
@@ -72,6 +74,6 @@ if not patches:
         {"no reference mismatch": res.summary.ref_mismatch == 0,
          "no bad layer in the dump": diff.first_bad_layer is None},
         evidence={"requests": res.summary.requests, "room": room},
-        replay={"patches": patches, "faults": faults, "seed": seed, "sessions": sessions},
+        replay={"patches": patches, "faults": faults, "workload": workload, **load_overrides},
         source="05_investigation_template", ledger=findings_ledger))
 pair.close()

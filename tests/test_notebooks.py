@@ -21,7 +21,7 @@ SMALL = {
                                              "abort_orphan_transfer_entry"],
                                   "sessions": 4, "confidence": 0.8, "max_trials": 24},
     "04_wedge_vs_corruption.py": {},
-    "05_investigation_template.py": {"sessions": 2, "turns": 1, "max_tokens": 60},
+    "05_investigation_template.py": {"workload": "smoke"},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
     "01_reproduce_corruption.py": 2, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,

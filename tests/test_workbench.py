@@ -90,7 +90,7 @@ def test_cli_up_load_dump(tmp_path):
         assert state.exists(), "wb up did not write its state file"
         out = tmp_path / "load.parquet"
         subprocess.run([sys.executable, "-m", "workbench.cli", "load", "--state", str(state),
-                        "--sessions", "1", "--turns", "1", "--max-tokens", "40", "--out",
+                        "--workload", "smoke", "--sessions", "1", "--max-tokens", "40", "--out",
                         str(out)], check=True, timeout=300)
         df = pl.read_parquet(out)
         assert len(df) >= 1 and df["v_ref_match"].all()

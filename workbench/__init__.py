@@ -37,6 +37,7 @@ from workbench.process import LaunchError
 from workbench.queues import QueueSampler, snapshot_queues
 from workbench.series import DEFAULT_SERIES, bisect_patch_series, series_candidates
 from workbench.trials import CachedTrial, Trial, TrialStore
+from workbench.workloads import Workload, list_workloads, load_workload, run_workload
 
 __all__ = [
     "DEFAULT_SERIES", "EMBEDDED", "SGLANG", "VLLM", "BisectResult", "BufferDiff", "BufferDump",
@@ -49,4 +50,5 @@ __all__ = [
     "OPS", "KernelCase", "KernelComparison", "compare_kernels", "kernel_trial", "make_case",
     "mixed_kernel_set", "model_divergence", "perturb_op", "temporary_kernel_sets",
     "Finding", "FindingNotSupported", "read_findings", "record_finding",
+    "Workload", "list_workloads", "load_workload", "run_workload",
 ]

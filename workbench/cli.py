@@ -1,7 +1,9 @@
 """``wb``: the workbench probes for scripted runs; results are written as Parquet.
 
   wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
-  wb load  (--state runs/pair.json | --url URL) --sessions 16 --out runs/load.parquet
+  wb load  (--state runs/pair.json | --url URL) [--workload race_burst] [--sessions 16 ...]
+           --out runs/load.parquet
+  wb workloads
   wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
   wb report NOTEBOOK -p key value ...
@@ -60,14 +62,25 @@ def cmd_up(args) -> None:
         pair.close()
 
 
+LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
+                 "duration_s": 300.0, "max_tokens": 160}
+
+
+def load_kwargs(args) -> dict:
+    """The load's options: the workload's (or ``LOAD_DEFAULTS``), then the flags given."""
+    from workbench.workloads import load_workload
+
+    base = load_workload(args.workload).kwargs() if args.workload else dict(LOAD_DEFAULTS)
+    given = {k: getattr(args, k) for k in LOAD_DEFAULTS if getattr(args, k) is not None}
+    return {**base, **given}
+
+
 def cmd_load(args) -> None:
     from workbench.concurrency import inject_concurrency
 
     target = _pair_from_state(args.state) if args.state else args.url
-    res = inject_concurrency(target, sessions=args.sessions, turns=args.turns,
-                             kill_fraction=args.kill_fraction, duration_s=args.duration_s,
-                             seed=args.seed, max_tokens=args.max_tokens,
-                             oracle=not args.no_oracle, capture_dir=args.capture_dir)
+    res = inject_concurrency(target, **load_kwargs(args), oracle=not args.no_oracle,
+                             capture_dir=args.capture_dir)
     res.requests.write_parquet(args.out)
     log.info("%s -> %s", res.summary, args.out)
 
@@ -118,6 +131,15 @@ def cmd_report(args) -> None:
     log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
 
 
+def cmd_workloads(args) -> None:
+    import polars as pl
+
+    from workbench.workloads import list_workloads
+
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=120, tbl_width_chars=200):
+        log.info("\n%s", list_workloads())
+
+
 def cmd_findings(args) -> None:
     import polars as pl
 
@@ -158,10 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     load = sub.add_parser("load")
     load.add_argument("--state")
     load.add_argument("--url")
-    for name, typ, default in (("sessions", int, 16), ("turns", int, 2), ("seed", int, 0),
-                               ("kill-fraction", float, 0.0), ("duration-s", float, 300.0),
-                               ("max-tokens", int, 160)):
-        load.add_argument(f"--{name}", type=typ, default=default)
+    load.add_argument("--workload", help="a shipped workload name (wb workloads) or a file; "
+                                          "the flags below override its fields")
+    for name, default in LOAD_DEFAULTS.items():
+        load.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
+                          help=f"default {default} (without --workload)")
     load.add_argument("--no-oracle", action="store_true")
     load.add_argument("--capture-dir")
     load.add_argument("--out", default="runs/load.parquet")
@@ -188,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     ker.add_argument("--seed", type=int, default=0)
     ker.add_argument("--cases", type=int, default=8)
     ker.add_argument("--out", default="runs/kernels.parquet")
+    sub.add_parser("workloads", help="list the shipped workloads")
     fin = sub.add_parser("findings", help="list the recorded findings (which held, where)")
     fin.add_argument("--ledger", default="runs/findings.jsonl")
     fin.add_argument("--out", help="also write the table as Parquet")
@@ -200,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "load" and not (args.state or args.url):
         raise SystemExit("wb load: give --state or --url")
     {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
-     "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings}[args.cmd](args)
+     "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings,
+     "workloads": cmd_workloads}[args.cmd](args)
 
 
 if __name__ == "__main__":
