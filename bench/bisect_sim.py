@@ -7,7 +7,9 @@ fail independently at the rate.  Methods: ``bayes`` uses one default prior for e
 probe bad at its first failure and good after ``default_repeats(rate, alpha=0.05)`` clean
 trials, told the true rate; ``fixed@5%`` always uses 59 repeats (a user who guessed 5%);
 ``fixed@1%`` always uses 299 (the one fixed setting that is calibrated over the whole 1-20%
-range when the rate is unknown).
+range when the rate is unknown); ``fixed95`` is ``fixed`` with the per-call risk split over the
+probes (Bonferroni, ``alpha = 0.05 / ceil(log2 n)``), so that it too is >= 95% right overall:
+the accuracy-matched baseline.
 
 ``floor`` is an information-theoretic lower bound on mean trials for *any* method reaching 95%
 accuracy when the rate is known (Fano's inequality, at most ``max_q h(q p) - q h(p)`` bits per
@@ -98,9 +100,13 @@ def solvers(rate: float, confidence: float, prior: tuple[float, float]) -> dict[
     """The compared methods for one true failure rate, keyed by column name."""
     told = told_prior(rate)
 
-    def fixed(assumed: float) -> Callable:
-        reps = default_repeats(assumed, 0.05)
+    def fixed(assumed: float, per_call_alpha: float = 0.05) -> Callable:
+        reps = default_repeats(assumed, per_call_alpha)
         return lambda c, t, seed: fixed_repeat_bisect(c, t, repeats=reps, seed=seed)
+
+    def fixed95(c, t, seed):  # Bonferroni over the probes: >= 95% right overall
+        reps = default_repeats(rate, 0.05 / math.ceil(math.log2(len(c))))
+        return fixed_repeat_bisect(c, t, repeats=reps, seed=seed)
 
     return {
         "bayes": lambda c, t, seed: bisect(c, t, confidence=confidence, prior_fail_rate=prior,
@@ -110,10 +116,11 @@ def solvers(rate: float, confidence: float, prior: tuple[float, float]) -> dict[
         "fixed": fixed(rate),
         "fixed@5%": fixed(0.05),
         "fixed@1%": fixed(0.01),
+        "fixed95": fixed95,
     }
 
 
-COLUMNS = ("bayes", "told", "fixed", "fixed@5%", "fixed@1%")
+COLUMNS = ("bayes", "told", "fixed", "fixed95", "fixed@5%", "fixed@1%")
 TARGET_ACCURACY, TARGET_RATIO = 0.95, 0.5
 
 
@@ -137,7 +144,7 @@ def meets_target(row: dict[str, Cell], baseline: str) -> bool:
 def verdict(rows: list[dict[str, Cell]]) -> str:
     """One line: where the target is met, per baseline, for one rate."""
     parts = []
-    for base in ("fixed", "fixed@5%", "fixed@1%"):
+    for base in ("fixed", "fixed95", "fixed@5%", "fixed@1%"):
         met = [r["bayes"].n for r in rows if meets_target(r, base)]
         parts.append(f"vs {base}: {'met at n=' + str(met) if met else 'not met'}")
     return "target (>=95% right, <=0.5x trials) " + "; ".join(parts)
@@ -148,12 +155,13 @@ def print_rate(rate: float, rows: list[dict[str, Cell]]) -> None:
     print(f"\nfail rate {rate:.0%}: fixed-repeat told the rate calls good after {reps} clean "
           f"trials; cells are accuracy and mean trials over {rows[0]['bayes'].runs} runs")
     print(f"{'n':>3} | " + " | ".join(f"{c:>11}" for c in COLUMNS)
-          + " | bayes/fixed told/fixed floor | bayes/fixed@1%")
+          + " | bayes/fixed told/fixed floor | bayes/fixed95 told/fixed95 | bayes/fixed@1%")
     for r in rows:
-        f, b = r["fixed"].mean_trials, r["bayes"].mean_trials
+        f, b, t = r["fixed"].mean_trials, r["bayes"].mean_trials, r["told"].mean_trials
+        f95 = r["fixed95"].mean_trials
         print(f"{r['bayes'].n:>3} | " + " | ".join(_fmt(r[c]) for c in COLUMNS)
-              + f" | {b / f:>11.2f} {r['told'].mean_trials / f:>10.2f} {floor_ratio(r):>5.2f}"
-              f" | {b / r['fixed@1%'].mean_trials:>14.2f}")
+              + f" | {b / f:>11.2f} {t / f:>10.2f} {floor_ratio(r):>5.2f}"
+              f" | {b / f95:>13.2f} {t / f95:>12.2f} | {b / r['fixed@1%'].mean_trials:>14.2f}")
     print(verdict(rows))
 
 

@@ -51,7 +51,7 @@ def test_benchmark_results_build_rows():
     assert row.cells()[2] == "0.33 (1/3)"
     cell = {m: Cell(m, 0.05, 16, 20, 1.0, t, 0.1) for m, t in
             (("bayes", 50.0), ("told", 40.0), ("fixed", 100.0), ("fixed@5%", 100.0),
-                                          ("fixed@1%", 200.0))}
+             ("fixed95", 120.0), ("fixed@1%", 200.0))}
     rows = [
         repro.table_row(),
         DecodeThroughput(32, "torch", 10.0, 80.0).table_row(),
