@@ -15,8 +15,8 @@ from workbench.report import run_report
 pytestmark = pytest.mark.slow
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SMALL = {
-    "01_reproduce_corruption.py": {"max_bursts": 4},
-    "02_localize_index_k.py": {"max_bursts": 4},
+    "01_reproduce_corruption.py": {"max_bursts": 6},
+    "02_localize_index_k.py": {"max_bursts": 6},
     "03_bisect_patch_series.py": {"series": ["bf16_index_k", "hicache_index_k_no_wait",
                                              "abort_orphan_transfer_entry"],
                                   "sessions": 4, "confidence": 0.8, "max_trials": 24},

@@ -38,7 +38,7 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
 
 def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path):
     """Seeded bursts until a DSML leak on the buggy variants; the fixed ones replay the seeds."""
-    buggy = reproduce(BUGGY, sessions=6, turns=2, seed=0, max_bursts=4, stop_on="leaked",
+    buggy = reproduce(BUGGY, sessions=6, turns=2, seed=0, max_bursts=6, stop_on="leaked",
                       capture_dir=tmp_path / "captures", log_dir=tmp_path / "buggy")
     fixed = reproduce((), seeds=buggy.seeds, sessions=6, turns=2, log_dir=tmp_path / "fixed")
     b, f = rates_table([buggy, fixed]).iter_rows(named=True)
