@@ -200,3 +200,47 @@ def test_trace_holds_the_posterior_after_every_trial():
     final = trace.filter(pl.col("step") == result.trials_spent)
     assert dict(zip(final["candidate"], final["probability"], strict=True)) == \
         pytest.approx(result.posterior)
+
+
+def test_parallel_bisect_runs_trials_concurrently_and_is_deterministic():
+    import threading
+    import time
+
+    active, peak, lock = [0], [0], threading.Lock()
+    inner = culprit_trial(9, 0.3)
+
+    def slow_trial(candidate: str, seed: int) -> bool:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.005)
+        with lock:
+            active[0] -= 1
+        return inner(candidate, seed)
+
+    first = bisect(CANDIDATES, slow_trial, seed=2, workers=4)
+    again = bisect(CANDIDATES, culprit_trial(9, 0.3), seed=2, workers=4)
+    assert peak[0] > 1, "trials of one step ran at the same time"
+    assert first.culprit == CANDIDATES[9] and first.converged
+    assert first == again and first.history.equals(again.history)
+    assert first.trials_spent == first.history.height
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        bisect(CANDIDATES, inner, workers=0)
+
+
+def test_parallel_bisect_resumes_from_the_store_without_repeating(tmp_path):
+    full = bisect(CANDIDATES, culprit_trial(10, 0.3), seed=4, workers=3,
+                  store=TrialStore(tmp_path / "full.db"), experiment="exp")
+    calls: list = []
+    with TrialStore(tmp_path / "resume.db") as store, pytest.raises(Interrupted):
+        bisect(CANDIDATES, culprit_trial(10, 0.3, calls, limit=20), seed=4, workers=3,
+               store=store, experiment="exp")
+    resumed = bisect(CANDIDATES, culprit_trial(10, 0.3, calls), seed=4, workers=3,
+                     store=TrialStore(tmp_path / "resume.db"), experiment="exp")
+    assert resumed == full and resumed.history.equals(full.history)
+    assert len(calls) == len(set(calls)) == full.trials_spent  # nothing lost or repeated
+
+
+def test_bisect_batch_never_exceeds_max_trials():
+    res = bisect(CANDIDATES, culprit_trial(9, 0.05), seed=1, workers=4, max_trials=10)
+    assert res.trials_spent == 10 and not res.converged

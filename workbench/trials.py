@@ -215,6 +215,13 @@ class CachedTrial:
         return run_parallel(lambda i: self._run_index(candidate, i), indices, workers)
 
 
+    def run_batch(self, candidates: Sequence[str], workers: int = 1) -> list[bool]:
+        """The next trial of each entry of ``candidates`` (repeats allowed), run on ``workers``
+        threads; indices are claimed in list order, so results do not depend on timing."""
+        indices = [(c, self._claim(c)) for c in candidates]
+        return run_parallel(lambda ci: self._run_index(*ci), indices, workers)
+
+
 def run_parallel(fn: Callable[[T], R], jobs: Iterable[T], workers: int) -> list[R]:
     """``[fn(j) for j in jobs]`` on a pool of ``workers`` threads; result order = job order.
 
