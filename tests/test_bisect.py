@@ -244,3 +244,13 @@ def test_parallel_bisect_resumes_from_the_store_without_repeating(tmp_path):
 def test_bisect_batch_never_exceeds_max_trials():
     res = bisect(CANDIDATES, culprit_trial(9, 0.05), seed=1, workers=4, max_trials=10)
     assert res.trials_spent == 10 and not res.converged
+
+
+def test_parallel_fixed_repeat_bisect_finds_the_culprit_deterministically():
+    a = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, workers=4)
+    b = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, workers=4)
+    assert a.culprit == CANDIDATES[6] and a == b and a.history.equals(b.history)
+    clean_probes = a.history.group_by("candidate").agg(pl.col("failed").any())
+    assert a.trials_spent == a.history.height and clean_probes.height == 4  # log2(16) probes
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), workers=0)

@@ -308,6 +308,7 @@ def fixed_repeat_bisect(
     seed: int = 0,
     store: TrialStore | None = None,
     experiment: str | None = None,
+    workers: int = 1,
 ) -> BisectResult:
     """Classic binary search: bad on the first failure, good after ``repeats`` clean trials.
 
@@ -315,9 +316,12 @@ def fixed_repeat_bisect(
     alpha)``.  The reported ``posterior``/``confidence`` come from the same Bayesian model as
     :func:`bisect` (prior ``prior_fail_rate``, good side exactly 0) applied to the trials this
     search ran, so the two methods' confidences are comparable.  Store semantics as
-    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).
+    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).  ``workers > 1`` runs a probe's
+    trials ``workers`` at a time (a failure ends the probe after its batch).
     """
     _check(candidates)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     repeats = repeats or default_repeats(assumed_fail_rate, alpha)
     runner = _runner(trial, store, experiment, seed, "fixed-repeat")
     model = _Posterior(len(candidates), prior_fail_rate, None, False)
@@ -325,7 +329,7 @@ def fixed_repeat_bisect(
     lo, hi = 0, len(candidates) - 1
     while lo < hi and runner.spent < max_trials:
         mid = (lo + hi) // 2
-        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials)
+        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials, workers)
         if verdict is None:
             break
         lo, hi = (lo, mid) if verdict else (mid + 1, hi)
@@ -336,15 +340,19 @@ def fixed_repeat_bisect(
 
 
 def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
-           model: _Posterior, history: _History, max_trials: int) -> bool | None:
-    """Up to ``repeats`` trials of c_j: True on a failure, False if all clean, None if the
-    trial budget ran out first."""
-    for _ in range(repeats):
-        if runner.spent >= max_trials:
+           model: _Posterior, history: _History, max_trials: int, workers: int = 1) -> bool | None:
+    """Up to ``repeats`` trials of c_j, ``workers`` at a time: True on a failure, False if all
+    clean, None if the trial budget ran out first."""
+    done = 0
+    while done < repeats:
+        size = min(workers, repeats - done, max_trials - runner.spent)
+        if size <= 0:
             return None
-        failed = runner(candidates[j])
-        model.observe(j, failed)
-        history.add(candidates[j], failed, model.probabilities())
-        if failed:
+        outcomes = runner.run_batch([candidates[j]] * size, workers)
+        for failed in outcomes:
+            model.observe(j, failed)
+            history.add(candidates[j], failed, model.probabilities())
+        done += size
+        if any(outcomes):
             return True
     return False
