@@ -7,6 +7,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+import torch
 
 from workbench import FindingNotSupported, read_findings, record_finding
 from workbench.cli import main as wb
@@ -17,13 +18,17 @@ def test_a_held_finding_is_recorded_with_evidence_replay_and_commit(tmp_path):
     rates = pl.DataFrame({"variant": ["buggy", "fixed"], "leaked": [3, 0]})
     f = record_finding("buggy leaks, fixed does not",
                        {"buggy leaked": rates["leaked"][0] > 0, "fixed clean": True},
-                       evidence={"rates": rates, "rate": np.float64(0.25), "inf": float("inf")},
+                       evidence={"rates": rates, "rate": np.float64(0.25), "inf": float("inf"),
+                                 "rooms": rates["leaked"], "pos": torch.tensor([3, 5]),
+                                 "where": tmp_path},
                        replay={"patches": ("a", "b"), "seeds": range(2)}, source="nb01",
                        ledger=ledger)
     assert f.held and f.failed == ()
     assert f.evidence["rates"] == [{"variant": "buggy", "leaked": 3},
                                    {"variant": "fixed", "leaked": 0}]
     assert f.evidence["rate"] == 0.25 and f.evidence["inf"] is None
+    assert f.evidence["rooms"] == [3, 0] and f.evidence["pos"] == [3, 5]
+    assert f.evidence["where"] == str(tmp_path)
     assert f.replay == {"patches": ["a", "b"], "seeds": [0, 1]}
     assert f.commit and len(f.commit) >= 7  # the tests run inside the git checkout
     record = json.loads(ledger.read_text())

@@ -72,16 +72,21 @@ class Finding:
 
 
 def jsonable(value):
-    """``value`` as plain JSON data: containers recursively, DataFrames as row dicts (first
-    ``MAX_EVIDENCE_ROWS``), paths and other objects as strings, non-finite floats as None."""
+    """``value`` as plain JSON data: containers recursively, DataFrames as row dicts and
+    Series/arrays/tensors as lists (first ``MAX_EVIDENCE_ROWS``), paths and other objects as
+    strings, non-finite floats as None."""
     if isinstance(value, pl.DataFrame):
         return jsonable(value.head(MAX_EVIDENCE_ROWS).to_dicts())
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset | range):
         return [jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-        value = value.item()
+    if isinstance(value, pl.Series):
+        return jsonable(value.head(MAX_EVIDENCE_ROWS).to_list())
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy / torch arrays and scalars
+        value = value.tolist()
+        if isinstance(value, list):
+            return jsonable(value[:MAX_EVIDENCE_ROWS])
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if value is None or isinstance(value, bool | int | str):
