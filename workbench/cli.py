@@ -146,7 +146,7 @@ def cmd_findings(args) -> None:
     from workbench.findings import read_findings
 
     df = read_findings(args.ledger)
-    with pl.Config(tbl_rows=-1, fmt_str_lengths=60):
+    with pl.Config(tbl_rows=-1, fmt_str_lengths=90, tbl_width_chars=220):
         log.info("\n%s", df.select("recorded_at", "title", "held", "failed", "commit", "source"))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
