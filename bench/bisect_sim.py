@@ -100,13 +100,11 @@ def solvers(rate: float, confidence: float, prior: tuple[float, float]) -> dict[
     """The compared methods for one true failure rate, keyed by column name."""
     told = told_prior(rate)
 
-    def fixed(assumed: float, per_call_alpha: float = 0.05) -> Callable:
-        reps = default_repeats(assumed, per_call_alpha)
-        return lambda c, t, seed: fixed_repeat_bisect(c, t, repeats=reps, seed=seed)
-
-    def fixed95(c, t, seed):  # Bonferroni over the probes: >= 95% right overall
-        reps = default_repeats(rate, 0.05 / math.ceil(math.log2(len(c))))
-        return fixed_repeat_bisect(c, t, repeats=reps, seed=seed)
+    def fixed(assumed: float, split_over_probes: bool = False) -> Callable:
+        def solve(c, t, seed):  # split: Bonferroni over the probes, >= 95% right overall
+            alpha = 0.05 / math.ceil(math.log2(len(c))) if split_over_probes else 0.05
+            return fixed_repeat_bisect(c, t, assumed_fail_rate=assumed, alpha=alpha, seed=seed)
+        return solve
 
     return {
         "bayes": lambda c, t, seed: bisect(c, t, confidence=confidence, prior_fail_rate=prior,
@@ -116,7 +114,7 @@ def solvers(rate: float, confidence: float, prior: tuple[float, float]) -> dict[
         "fixed": fixed(rate),
         "fixed@5%": fixed(0.05),
         "fixed@1%": fixed(0.01),
-        "fixed95": fixed95,
+        "fixed95": fixed(rate, split_over_probes=True),
     }
 
 

@@ -274,8 +274,7 @@ def bisect(
     post = model.probabilities()
     while post.max() < confidence and runner.spent < max_trials:
         size = min(workers, max_trials - runner.spent)
-        probes = _choose_batch(model.information(post), rng, size) if size > 1 else \
-            [_choose(model.information(post), rng)]
+        probes = _choose_batch(model.information(post), rng, size)
         for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
                              strict=True):
             model.observe(j, failed)
@@ -348,7 +347,7 @@ def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
         size = min(workers, repeats - done, max_trials - runner.spent)
         if size <= 0:
             return None
-        outcomes = runner.run_batch([candidates[j]] * size, workers)
+        outcomes = runner.run_many(candidates[j], size, workers)
         for failed in outcomes:
             model.observe(j, failed)
             history.add(candidates[j], failed, model.probabilities())

@@ -23,6 +23,7 @@ from engine.config import EngineConfig
 from engine.datagen import make_transcript
 from workbench.concurrency import inject_concurrency, run_sync, wilson
 from workbench.launch import LaunchSpec, PDPair, launch_pd_pair
+from workbench.load import LoadConfig
 from workbench.series import RACE_ENGINE as SERIES_ENGINE
 from workbench.series import RACE_FAULTS
 
@@ -86,7 +87,7 @@ def race_counts(pair: PDPair) -> dict[str, int]:
 
 def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
            capture_dir: Path | None,
-           duration_s: float = 300.0) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
+           duration_s: float) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
     before = race_counts(pair)
     res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
                              max_tokens=max_tokens, capture_dir=capture_dir, progress=False,
@@ -132,7 +133,7 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
                         log_dir=log_dir) as pair:
         launch_s = time.monotonic() - t0
         for s in plan:
-            left = 300.0 if cap_s is None else cap_s - (time.monotonic() - t0)
+            left = LoadConfig.duration_s if cap_s is None else cap_s - (time.monotonic() - t0)
             if left <= 0:
                 break
             row, df, files = _burst(pair, s, sessions, turns, max_tokens, cap, left)

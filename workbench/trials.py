@@ -211,9 +211,7 @@ class CachedTrial:
 
         Results are in trial-index order; all ``count`` trials are consumed (no early exit).
         """
-        indices = [self._claim(candidate) for _ in range(count)]
-        return run_parallel(lambda i: self._run_index(candidate, i), indices, workers)
-
+        return self.run_batch([candidate] * count, workers)
 
     def run_batch(self, candidates: Sequence[str], workers: int = 1) -> list[bool]:
         """The next trial of each entry of ``candidates`` (repeats allowed), run on ``workers``

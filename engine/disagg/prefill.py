@@ -99,7 +99,10 @@ class PrefillEngine(Engine):
         if room is not None:
             self.call_soon(lambda: self._abort_on_loop(room))
 
-    def _notify_failed(self, msg: Prealloc) -> None:
+    def _notify_failed(self, msg: Prealloc | None) -> None:
+        """Tells the decode that preallocated for ``msg`` (if any) the room failed."""
+        if msg is None:
+            return
         peer = self.peers.get(msg.peer)
         if peer is not None:
             self.endpoint.send_notif(peer, tag(msg.room, "failed"))
@@ -131,8 +134,7 @@ class PrefillEngine(Engine):
         self.scheduler.finish(seq, reason, release=False)
         self.stats.finished[reason.value] += 1
         if self.states.update(room.room, RoomState.TRANSFERRING) is RoomState.FAILED:
-            if room.prealloc is not None:
-                self._notify_failed(room.prealloc)
+            self._notify_failed(room.prealloc)
             self._release(room, RoomState.FAILED)
             return
         room.handed = True
@@ -143,8 +145,7 @@ class PrefillEngine(Engine):
         self.states.fail(room.room, reason)
         with self._lock:
             self.rooms.pop(room.room, None)
-        if room.prealloc is not None:
-            self._notify_failed(room.prealloc)
+        self._notify_failed(room.prealloc)
         room.on_done(RoomState.FAILED)
 
     def _release(self, room: PrefillRoom, final: RoomState) -> None:
