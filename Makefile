@@ -33,7 +33,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 train: $(STAMP)
-	$(PY) -m engine.train --steps 2400 --seed 0 --out data/model
+	$(PY) -m engine.training.train --steps 2400 --seed 0 --out data/model
 
 clean:
 	rm -rf $(VENV) reports runs

@@ -29,7 +29,7 @@ import httpx
 import numpy as np
 
 from bench.table import TableRow
-from engine.datagen import make_transcript
+from engine.training.datagen import make_transcript
 from workbench.buffers import dump_buffers
 from workbench.launch import PDPair, launch_pd_pair
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from bench.table import TableRow
-from engine.transfer import (
+from engine.transfer.endpoint import (
     MetadataChannel,
     PageWrite,
     PeerHandle,

@@ -67,8 +67,8 @@ def build(args, cfg: EngineConfig):
         engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
                               waiting_timeout_s=args.waiting_timeout_s)
         return engine, DecodeServer(engine, args.debug_token).app
-    from engine.engine import Engine
-    from engine.server import create_app
+    from engine.core.engine import Engine
+    from engine.serving.server import create_app
 
     engine = Engine(cfg)
     return engine, create_app(engine, args.debug_token)
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> None:
     if not argv or argv[0] not in {*commands, "train", "eval"}:
         raise SystemExit("usage: python -m engine {serve,train,eval} ...")
     if argv[0] == "train":
-        from engine.train import main as train_main
+        from engine.training.train import main as train_main
 
         return train_main(argv[1:])
     if argv[0] == "eval":
-        from engine.evaluate import main as eval_main
+        from engine.training.evaluate import main as eval_main
 
         return eval_main(argv[1:])
     return commands[argv[0]](argv[1:])

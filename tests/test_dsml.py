@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from engine import tokenizer as T
-from engine.chat import ToolCall, ToolSpec, render_tool_calls
-from engine.dsml import (
+from engine.text import tokenizer as T
+from engine.text.chat import ToolCall, ToolSpec, render_tool_calls
+from engine.text.dsml import (
     ContentDelta,
     ParseResult,
     StreamingDSMLDetector,

@@ -7,14 +7,14 @@ import random
 import pytest
 import torch
 
+from engine.cache.kv_pool import OutOfPagesError, PageAllocator
+from engine.cache.radix_cache import RadixCache
 from engine.config import ConfigError, EngineConfig, ModelConfig
-from engine.engine import Engine, PromptTooLongError
-from engine.kv_pool import OutOfPagesError, PageAllocator
-from engine.layers import linear
-from engine.model import TinyDeepSeek
-from engine.radix_cache import RadixCache
-from engine.reference import Reference
-from engine.sequence import SamplingParams, Sequence
+from engine.core.engine import Engine, PromptTooLongError
+from engine.core.sequence import SamplingParams, Sequence
+from engine.model.layers import linear
+from engine.model.model import TinyDeepSeek
+from engine.model.reference import Reference
 
 SMALL = ModelConfig(n_layers=2, d_model=64, n_heads=2, d_ff=96, index_topk=8, max_seq_len=256)
 
@@ -167,8 +167,8 @@ def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
 
 def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch():
     """Real weights, multi-turn sessions whose prefixes come back from host memory."""
-    from engine.chat import render_prompt
-    from engine.datagen import make_transcript
+    from engine.text.chat import render_prompt
+    from engine.training.datagen import make_transcript
 
     def run(patches: str) -> int:
         cfg = EngineConfig(hicache=True, hicache_offload_on_finish=True, num_pages=400,

@@ -3,12 +3,12 @@ aborts, page accounting, the one-step-late release (a PD pair with it: ``tests/t
 
 from __future__ import annotations
 
-from engine.chat import render_prompt
 from engine.config import EngineConfig
-from engine.datagen import make_transcript
-from engine.engine import Engine
-from engine.reference import Reference
-from engine.sequence import FinishReason, SamplingParams, Sequence, Status, TokenEvent
+from engine.core.engine import Engine
+from engine.core.sequence import FinishReason, SamplingParams, Sequence, Status, TokenEvent
+from engine.model.reference import Reference
+from engine.text.chat import render_prompt
+from engine.training.datagen import make_transcript
 
 OVERLAP = "overlap_schedule"
 

@@ -12,7 +12,7 @@ import httpx
 import polars as pl
 import pytest
 
-from engine.datagen import make_transcript
+from engine.training.datagen import make_transcript
 from workbench.concurrency import inject_concurrency
 from workbench.investigate import BUGGY, kill_storm, rates_table, reproduce
 from workbench.launch import launch_pd_pair

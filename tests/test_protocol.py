@@ -10,15 +10,13 @@ from openai.types.chat import ChatCompletion as SDKCompletion
 from openai.types.chat import ChatCompletionChunk as SDKChunk
 from pydantic import ValidationError
 
-from engine.chat import ToolSpec, render_prompt
-from engine.dsml import parse_tool_calls
-from engine.protocol import (
+from engine.serving.protocol import (
     ChatCompletionRequest,
     ErrorResponse,
     tool_specs,
     validation_error_message,
 )
-from engine.responses import (
+from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,
     ChunkChoice,
@@ -30,7 +28,9 @@ from engine.responses import (
     ToolCallOut,
     Usage,
 )
-from engine.responses import Choice as RespChoice
+from engine.serving.responses import Choice as RespChoice
+from engine.text.chat import ToolSpec, render_prompt
+from engine.text.dsml import parse_tool_calls
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",

@@ -20,8 +20,8 @@ import pytest
 from upstream_app import sse_chunk
 
 from engine.registry import UnknownVariantError
-from engine.router import main as router_main
-from engine.router_state import RandomChoice, RoomAssignment, RoomLog, RoundRobin, RouterConfig
+from engine.router.app import main as router_main
+from engine.router.state import RandomChoice, RoomAssignment, RoomLog, RoundRobin, RouterConfig
 from workbench.process import ServerProcess, free_port, python_module
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ import httpx
 import openai
 import pytest
 
-from engine.datagen import make_transcript
-from engine.train import EVAL_SEED_BASE
+from engine.training.datagen import make_transcript
+from engine.training.train import EVAL_SEED_BASE
 from workbench.process import ServerProcess, python_module
 
 pytestmark = pytest.mark.slow
@@ -115,8 +115,8 @@ def test_debug_routes_are_loopback_only_and_token_protected():
     from fastapi.testclient import TestClient
 
     from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.server import create_app
+    from engine.core.engine import Engine
+    from engine.serving.server import create_app
 
     app = create_app(Engine(EngineConfig()), debug_token="s3cret")
     with TestClient(app) as local, TestClient(app, client=("10.0.0.5", 5000)) as remote:

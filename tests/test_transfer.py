@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.transfer import (
+from engine.transfer.endpoint import (
     BufferInfo,
     ByteRange,
     ChannelError,

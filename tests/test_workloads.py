@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.datagen import POOL, TOOLS_FILE, ToolPool, make_transcript
 from engine.registry import UnknownVariantError
+from engine.training.datagen import POOL, TOOLS_FILE, ToolPool, make_transcript
 from workbench.cli import build_parser, load_kwargs
 from workbench.workloads import (
     RUN_FIELDS,

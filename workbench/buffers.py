@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load as st_load
 
 from engine.config import EngineConfig
-from engine.model import load_model
-from engine.reference import Reference
+from engine.model.model import load_model
+from engine.model.reference import Reference
 from workbench.launch import PDPair
 
 log = logging.getLogger(__name__)

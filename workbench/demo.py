@@ -18,8 +18,8 @@ from pathlib import Path
 
 import openai
 
-from engine.datagen import make_transcript
-from engine.train import EVAL_SEED_BASE
+from engine.training.datagen import make_transcript
+from engine.training.train import EVAL_SEED_BASE
 from workbench.process import ServerProcess, python_module
 
 log = logging.getLogger("workbench.demo")

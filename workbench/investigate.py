@@ -20,7 +20,7 @@ import httpx
 import polars as pl
 
 from engine.config import EngineConfig
-from engine.datagen import make_transcript
+from engine.training.datagen import make_transcript
 from workbench.concurrency import inject_concurrency, run_sync, wilson
 from workbench.launch import LaunchSpec, PDPair, launch_pd_pair
 from workbench.load import LoadConfig

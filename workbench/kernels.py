@@ -269,11 +269,11 @@ def model_divergence(a: str = "torch", b: str = "triton", *, prompts: int = 2,
     overrides.  Names must be registered (see :func:`temporary_kernel_sets`).  Slow for
     triton under ``TRITON_INTERPRET`` (about 4 minutes per 259-token prompt on 2 CPU cores).
     """
-    from engine.chat import render_prompt
     from engine.config import EngineConfig
-    from engine.datagen import make_transcript
-    from engine.engine import Engine
-    from engine.sequence import SamplingParams
+    from engine.core.engine import Engine
+    from engine.core.sequence import SamplingParams
+    from engine.text.chat import render_prompt
+    from engine.training.datagen import make_transcript
     from workbench.oracle import first_difference
 
     get_kernels(a), get_kernels(b)  # fail fast (UnknownVariantError) before loading the model

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
-from engine.datagen import Transcript, make_transcript
-from engine.train import EVAL_SEED_BASE
+from engine.training.datagen import Transcript, make_transcript
+from engine.training.train import EVAL_SEED_BASE
 from workbench.oracle import ReferenceOracle, Verdict, judge
 
 SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000

@@ -12,12 +12,12 @@ import json
 import threading
 from dataclasses import dataclass
 
-from engine.chat import ToolCall, ToolSpec
 from engine.config import EngineConfig
-from engine.dsml import LEAK_MARKERS
-from engine.engine import Engine
-from engine.generation import plan_prompt
-from engine.sequence import SamplingParams, Sequence
+from engine.core.engine import Engine
+from engine.core.sequence import SamplingParams, Sequence
+from engine.serving.generation import plan_prompt
+from engine.text.chat import ToolCall, ToolSpec
+from engine.text.dsml import LEAK_MARKERS
 
 
 @dataclass(frozen=True)

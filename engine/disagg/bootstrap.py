@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from engine.disagg.messages import Prealloc
-from engine.transfer import EndpointBlob, TransferEndpoint
+from engine.transfer.endpoint import EndpointBlob, TransferEndpoint
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.core.engine import Engine
+from engine.core.scheduler import pages_for
+from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent
 from engine.disagg.bootstrap import BootstrapClient
-from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag
+from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
-from engine.engine import Engine
-from engine.scheduler import pages_for
-from engine.sequence import FinishReason, Sequence, Status
-from engine.transfer import TransferEndpoint
+from engine.transfer.endpoint import TransferEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +33,12 @@ class DecodeRoom:
     seq: Sequence
     prefill_url: str
     created: float = field(default_factory=time.monotonic)
-    arrived: set[str] = field(default_factory=set)
+    arrived: set[Tag] = field(default_factory=set)
     aux_slot: int | None = None
     orphaned: bool = False
+
+    def arrived_labels(self) -> list[str]:
+        return sorted(t.label for t in self.arrived)
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,6 @@ class DecodeEngine(Engine):
         self.max_transfer_queue = max_transfer_queue
         self.waiting_timeout_s = waiting_timeout_s
         self.quarantine_s = quarantine_s
-        self.pending_tags: dict[int, set[str]] = {}
         self.late_writes = 0
         self.idle_wait_s = 0.005
 
@@ -102,12 +104,12 @@ class DecodeEngine(Engine):
             if t is None:
                 continue
             if t.room in self.transfer:
-                self.transfer[t.room].arrived.add(t.what)
-            elif t.room in self.quarantine and t.what in ("done", "failed"):
+                self.transfer[t.room].arrived.add(t)
+            elif t.room in self.quarantine and t.kind in (TagKind.DONE, TagKind.FAILED):
                 self._free_quarantined(t.room)
-            elif t.what.startswith("L") or t.what == "aux":
+            elif t.kind in (TagKind.LAYER, TagKind.AUX):
                 self.late_writes += 1
-                log.warning("late write for room %d (%s): no live owner", t.room, t.what)
+                log.warning("late write for room %d (%s): no live owner", t.room, t.label)
 
     def _advance(self, room: DecodeRoom) -> None:
         state = self.states.get(room.room)
@@ -119,10 +121,10 @@ class DecodeEngine(Engine):
             self.states.fail(room.room, "waiting timeout")
             self._finish(room.seq, FinishReason.ABORT)
             return
-        layers = {f"L{i}" for i in range(self.model.cfg.n_layers)}
-        if "failed" in room.arrived:
+        needed = {Tag(room.room, TagKind.LAYER, i) for i in range(self.model.cfg.n_layers)}
+        if Tag(room.room, TagKind.FAILED) in room.arrived:
             self.states.fail(room.room, "prefill reported failure")
-        elif layers | {"aux"} <= room.arrived:
+        elif needed | {Tag(room.room, TagKind.AUX)} <= room.arrived:
             self._start_decoding(room)
 
     def _start_decoding(self, room: DecodeRoom) -> None:
@@ -143,12 +145,12 @@ class DecodeEngine(Engine):
     def _cleanup(self, room: DecodeRoom) -> None:
         """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""
         seq = room.seq
-        log.info("cleanup of room %d (arrived %s)", room.room, sorted(room.arrived))
+        log.info("cleanup of room %d (arrived %s)", room.room, room.arrived_labels())
         if self.cfg.has("abort_orphan_transfer_entry"):
             room.orphaned = True  # entry (and its aux slot) stays in the queue forever
         else:
             del self.transfer[room.room]
-        if self.cfg.has("late_write_after_abort") or "done" in room.arrived:
+        if self.cfg.has("late_write_after_abort") or Tag(room.room, TagKind.DONE) in room.arrived:
             self.allocator.free(seq.pages)
             if not room.orphaned:
                 self.free_aux.append(room.aux_slot)
@@ -174,8 +176,6 @@ class DecodeEngine(Engine):
         if seq.status is not Status.FINISHED:
             seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ABORT
             self.stats.finished["abort"] += 1
-            from engine.sequence import TokenEvent
-
             seq.sink(TokenEvent(seq.rid, None, FinishReason.ABORT, 0))
 
     def _abort(self, rid: str) -> None:
@@ -208,7 +208,7 @@ class DecodeEngine(Engine):
         def view(r: DecodeRoom) -> dict:
             return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),
                     "state": (self.states.get(r.room) or RoomState.BOOTSTRAPPING).name,
-                    "arrived": sorted(r.arrived), "orphaned": r.orphaned}
+                    "arrived": r.arrived_labels(), "orphaned": r.orphaned}
         return {"prealloc": [view(r) for r in self.prealloc],
                 "transfer": [view(r) for r in self.transfer.values()],
                 "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in

@@ -3,6 +3,7 @@ the notification tags and aux layout of the data plane (NIXL)."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass
 
 AUX_WORDS = 4  # room, first token, cached prompt tokens, prompt tokens
@@ -44,21 +45,44 @@ class Aux:
         return cls(*[int(w) for w in words[:AUX_WORDS]])
 
 
-def layer_tag(room: int, layer: int) -> bytes:
-    return f"{room}:L{layer}".encode()
+class TagKind(enum.Enum):
+    """What a data-plane notification announces for its room."""
 
-
-def tag(room: int, what: str) -> bytes:
-    """``what`` is one of aux, done, failed."""
-    return f"{room}:{what}".encode()
+    LAYER = "L"  # one layer's K, V, index-K and scale pages landed
+    AUX = "aux"  # the aux row landed (after every layer)
+    DONE = "done"  # the prefill will write nothing more for the room
+    FAILED = "failed"  # the prefill failed the room
 
 
 @dataclass(frozen=True)
 class Tag:
+    """A NIXL notification tag: ``{room}:L{layer}`` or ``{room}:{aux|done|failed}`` on the wire.
+
+    Invariant: ``layer`` is set iff ``kind`` is ``LAYER``.
+    """
+
     room: int
-    what: str  # "L<i>", "aux", "done", "failed"
+    kind: TagKind
+    layer: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.layer is None) == (self.kind is TagKind.LAYER):
+            raise ValueError(f"a layer is given iff the tag is a layer tag: {self}")
+
+    @property
+    def label(self) -> str:
+        return f"L{self.layer}" if self.kind is TagKind.LAYER else self.kind.value
+
+    def encode(self) -> bytes:
+        return f"{self.room}:{self.label}".encode()
 
     @classmethod
     def parse(cls, raw: bytes) -> Tag | None:
+        """The tag encoded in ``raw``; None for anything else (never raises)."""
         room, sep, what = raw.decode(errors="replace").partition(":")
-        return cls(int(room), what) if sep and room.isdigit() else None
+        if not (sep and room.isdigit()):
+            return None
+        if what[:1] == "L" and what[1:].isdigit():
+            return cls(int(room), TagKind.LAYER, int(what[1:]))
+        kind = next((k for k in TagKind if k is not TagKind.LAYER and k.value == what), None)
+        return cls(int(room), kind) if kind else None

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, layer_tag, tag
+from engine.core.engine import Engine
+from engine.core.sequence import FinishReason, Sequence
+from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
-from engine.engine import Engine
-from engine.sequence import FinishReason, Sequence
-from engine.transfer import PageWrite, TransferEndpoint, TransferError, TransferStatus
+from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferError, TransferStatus
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class PrefillEngine(Engine):
             return
         peer = self.peers.get(msg.peer)
         if peer is not None:
-            self.endpoint.send_notif(peer, tag(msg.room, "failed"))
+            self.endpoint.send_notif(peer, Tag(msg.room, TagKind.FAILED).encode())
 
     # ---- engine thread ----
     def _abort_on_loop(self, room: PrefillRoom) -> None:
@@ -186,18 +186,20 @@ class PrefillEngine(Engine):
             for job in room.seq.load_jobs:
                 job.note_send(layer)
             writes = [PageWrite(b, src, dst, layer) for b in KV_BUFFERS]
-            handles.append(self.endpoint.write_pages(peer, writes, layer_tag(room.room, layer)))
+            layer_tag = Tag(room.room, TagKind.LAYER, layer).encode()
+            handles.append(self.endpoint.write_pages(peer, writes, layer_tag))
             room.posted += 1
         failed = self.states.get(room.room) is RoomState.FAILED
         if not failed:
             aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt))
             self.aux[worker] = torch.tensor(aux.words())
             aux_write = PageWrite("aux", [worker], [room.prealloc.aux_slot])
-            handles.append(self.endpoint.write_pages(peer, [aux_write], tag(room.room, "aux")))
+            aux_tag = Tag(room.room, TagKind.AUX).encode()
+            handles.append(self.endpoint.write_pages(peer, [aux_write], aux_tag))
         ok = self._wait_all(handles)
         final = RoomState.SUCCESS if ok and not failed else RoomState.FAILED
-        self.endpoint.send_notif(peer, tag(room.room, "done" if final is RoomState.SUCCESS
-                                           else "failed"))
+        kind = TagKind.DONE if final is RoomState.SUCCESS else TagKind.FAILED
+        self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
         return final
 

@@ -13,16 +13,16 @@ import asyncio
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from engine.core.sequence import SamplingParams
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
-from engine.generation import Generation
-from engine.protocol import ChatCompletionRequest
-from engine.protocol import error_response as error
-from engine.sequence import SamplingParams
-from engine.server import ChatServer, parse_request
-from engine.transfer import EndpointBlob
+from engine.serving.generation import Generation
+from engine.serving.protocol import ChatCompletionRequest
+from engine.serving.protocol import error_response as error
+from engine.serving.server import ChatServer, parse_request
+from engine.transfer.endpoint import EndpointBlob
 
 
 class PrefillServer(ChatServer):

@@ -14,6 +14,7 @@ import torch
 
 from engine.kernels.index_k_quant import (
     INDEX_K_TORCH_DTYPES,
+    KV_TORCH_DTYPES,
     QuantizedIndexK,
     dequantize_index_k_ref,
     dequantize_index_k_triton,
@@ -76,6 +77,7 @@ def get_kernels(name: str) -> KernelSet:
 
 __all__ = [
     "INDEX_K_TORCH_DTYPES",
+    "KV_TORCH_DTYPES",
     "KERNELS",
     "KernelSet",
     "QuantizedIndexK",

@@ -29,6 +29,7 @@ import triton.language as tl
 FP8_MAX = 448.0
 MIN_SCALE = 1e-8
 
+KV_TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
 INDEX_K_TORCH_DTYPES: dict[str, torch.dtype] = {
     "fp8": torch.float8_e4m3fn,
     "bf16": torch.bfloat16,

@@ -11,10 +11,10 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
+from engine.cache.kv_pool import PageAllocator
+from engine.cache.radix_cache import RadixCache
 from engine.config import EngineConfig
-from engine.kv_pool import PageAllocator
-from engine.radix_cache import RadixCache
-from engine.sequence import FinishReason, Sequence, Status
+from engine.core.sequence import FinishReason, Sequence, Status
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.chat import ToolCall, ToolSpec, render_prompt
+from engine.text.chat import ToolCall, ToolSpec, render_prompt
 
-TOOLS_FILE = Path(__file__).resolve().parent.parent / "data" / "tools" / "agentic_tools.json"
+TOOLS_FILE = Path(__file__).resolve().parents[2] / "data" / "tools" / "agentic_tools.json"
 INT_KIND = "n"  # integer 1..999; every other kind draws from the pool's ``values``
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 
-from engine import tokenizer as T
-from engine.chat import ToolCall, ToolSpec
+from engine.text import tokenizer as T
+from engine.text.chat import ToolCall, ToolSpec
 
 TOOL_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 PARAM_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"

@@ -1,4 +1,4 @@
-"""Training entry point: ``python -m engine.train --steps N --seed S --out data/model``.
+"""Training entry point: ``python -m engine.training.train --steps N --seed S --out data/model``.
 
 Deterministic from the seed on a given thread count: data order, init and dropout-free updates all
 derive from ``--seed``. Phase 1 trains dense attention (indexer learns by KL toward the detached
@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine import tokenizer as T
 from engine.config import ModelConfig
-from engine.datagen import make_transcript
-from engine.model import TinyDeepSeek
+from engine.model.model import TinyDeepSeek
+from engine.text import tokenizer as T
+from engine.training.datagen import make_transcript
 
 log = logging.getLogger(__name__)
 EVAL_SEED_BASE = 10_000_000

@@ -20,9 +20,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from engine import tokenizer as T
-from engine.chat import ToolCall, ToolSpec
-from engine.dsml_grammar import (
+from engine.text import tokenizer as T
+from engine.text.chat import ToolCall, ToolSpec
+from engine.text.dsml_grammar import (
     LEAK_MARKERS,
     PARAM_NAME_PATTERN,
     TOOL_NAME_PATTERN,

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import layers
+from engine.cache.kv_pool import KVPool
 from engine.config import EngineConfig
+from engine.core.scheduler import Batch
+from engine.core.sequence import Sequence, sample
 from engine.kernels import KernelSet, get_kernels
-from engine.kv_pool import KVPool
-from engine.model import TinyDeepSeek
-from engine.scheduler import Batch
-from engine.sequence import Sequence, sample
+from engine.model import layers
+from engine.model.model import TinyDeepSeek
 
 
 @dataclass(frozen=True)

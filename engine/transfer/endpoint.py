@@ -24,7 +24,7 @@ import torch
 from nixl import _bindings as nixl_bindings
 from nixl._api import nixl_agent, nixl_agent_config
 
-from engine.transfer_channel import (
+from engine.transfer.channel import (
     BufferInfo,
     ChannelError,
     EndpointBlob,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from engine import tokenizer as T
+from engine.text import tokenizer as T
 
 SCHEMA_TYPES = {"string": "str", "integer": "int", "number": "num", "boolean": "bool"}
 

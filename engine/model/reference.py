@@ -11,11 +11,16 @@ from dataclasses import dataclass
 
 import torch
 
-from engine import layers
 from engine.config import EngineConfig
-from engine.kernels import attend_selected, get_kernels, index_scores, select_topk
-from engine.kv_pool import KV_TORCH_DTYPES
-from engine.model import TinyDeepSeek
+from engine.kernels import (
+    KV_TORCH_DTYPES,
+    attend_selected,
+    get_kernels,
+    index_scores,
+    select_topk,
+)
+from engine.model import layers
+from engine.model.model import TinyDeepSeek
 
 
 @dataclass(frozen=True)

@@ -15,22 +15,14 @@ import pydantic
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from engine.chat import ToolCall
-from engine.debug import add_debug_routes
-from engine.dsml import (
-    ContentDelta,
-    StreamingDSMLDetector,
-    ToolCallDelta,
-    arguments_json,
-    parse_tool_calls,
-    tool_call_id,
-)
-from engine.engine import Engine, PromptTooLongError
-from engine.generation import Generation, PromptPlan, plan_prompt
-from engine.metrics import Metrics, engine_gauges
-from engine.protocol import ChatCompletionRequest, tool_specs, validation_error_message
-from engine.protocol import error_response as error
-from engine.responses import (
+from engine.core.engine import Engine, PromptTooLongError
+from engine.core.sequence import FinishReason, SamplingParams
+from engine.serving.debug import add_debug_routes
+from engine.serving.generation import Generation, PromptPlan, plan_prompt
+from engine.serving.metrics import Metrics, engine_gauges
+from engine.serving.protocol import ChatCompletionRequest, tool_specs, validation_error_message
+from engine.serving.protocol import error_response as error
+from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
@@ -44,8 +36,16 @@ from engine.responses import (
     ToolCallOut,
     Usage,
 )
-from engine.responses import FinishReason as FinishReasonOut
-from engine.sequence import FinishReason, SamplingParams
+from engine.serving.responses import FinishReason as FinishReasonOut
+from engine.text.chat import ToolCall
+from engine.text.dsml import (
+    ContentDelta,
+    StreamingDSMLDetector,
+    ToolCallDelta,
+    arguments_json,
+    parse_tool_calls,
+    tool_call_id,
+)
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"

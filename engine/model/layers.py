@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engine.model import Layer, TinyDeepSeek, apply_rope, rms_norm
+from engine.model.model import Layer, TinyDeepSeek, apply_rope, rms_norm
 
 
 def linear(x: torch.Tensor, w: torch.Tensor, batch_invariant: bool) -> torch.Tensor:

@@ -18,18 +18,19 @@ from pathlib import Path
 
 import torch
 
+from engine.cache.hicache import HiRadixCache
+from engine.cache.kv_pool import KVPool, PageAllocator
+from engine.cache.radix_cache import RadixCache
 from engine.config import EngineConfig
-from engine.debug import CaptureRing, snapshot_buffers
+from engine.core.dump import BoundedMap, CaptureRing, snapshot_buffers
+from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon, InboxMessage
+from engine.core.model_runner import ModelRunner, StepOutput
+from engine.core.overlap import ForwardWorker, OverlapState, Resolved
+from engine.core.scheduler import Scheduler
+from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent
 from engine.faults import FaultInjector
-from engine.hicache import HiRadixCache
-from engine.kv_pool import KVPool, PageAllocator
-from engine.model import TinyDeepSeek, load_model
-from engine.model_runner import ModelRunner, StepOutput
-from engine.overlap import OverlapLoop
-from engine.radix_cache import RadixCache
-from engine.scheduler import Scheduler
-from engine.sequence import FinishReason, Sequence, Status, TokenEvent
-from engine.tokenizer import Tokenizer
+from engine.model.model import TinyDeepSeek, load_model
+from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,14 @@ class Engine:
         self.scheduler = Scheduler(cfg, self.allocator, self.cache)
         self.runner = ModelRunner(self.model, self.pool, cfg)
         self.stats = EngineStats()
-        self._inbox: queue.Queue = queue.Queue()
+        self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.idle_wait_s = 0.05
         self.captures = CaptureRing(cfg.debug_capture)
-        self.rid_of_room: dict[int, str] = {}
-        self.overlap = OverlapLoop(self) if cfg.has("overlap_schedule") else None
+        self.rid_of_room: BoundedMap[int, str] = BoundedMap(max(1024, cfg.debug_capture))
+        self.overlap = OverlapState() if cfg.has("overlap_schedule") else None
 
     def _make_cache(self) -> RadixCache:
         if self.cfg.hicache:
@@ -87,39 +88,47 @@ class Engine:
 
     def submit(self, seq: Sequence) -> Sequence:
         self.validate(seq.prompt, seq.params.max_tokens)
-        self._inbox.put(("add", seq))
-        self._wake.set()
+        self._post(AddRequest(seq))
         return seq
 
     def abort(self, rid: str) -> None:
-        self._inbox.put(("abort", rid))
+        self._post(AbortRequest(rid))
+
+    def call_soon(self, fn) -> None:
+        """Runs ``fn()`` on the engine thread before the next step (thread-safe)."""
+        self._post(CallSoon(fn))
+
+    def _post(self, msg: InboxMessage) -> None:
+        if not isinstance(msg, MESSAGE_TYPES):
+            raise TypeError(f"not an inbox message: {msg!r}")
+        self._inbox.put(msg)
         self._wake.set()
 
     def _drain_inbox(self) -> None:
         while True:
             try:
-                op, arg = self._inbox.get_nowait()
+                msg = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if op == "add":
-                self.scheduler.add(arg)
-                self.stats.prompt_tokens += len(arg.prompt)
-            elif op == "call":
-                arg()
-            else:
-                self._abort(arg)
+            match msg:
+                case AddRequest(seq):
+                    self.scheduler.add(seq)
+                    self.stats.prompt_tokens += len(seq.prompt)
+                case AbortRequest(rid):
+                    self._abort(rid)
+                case CallSoon(fn):
+                    fn()
 
     def _abort(self, rid: str) -> None:
         seq = self.scheduler.find(rid)
-        if seq is not None and self.overlap is not None:
-            self.overlap.abort(seq)
-        elif seq is not None:
+        if seq is None:
+            return
+        if self.overlap is not None and seq.status is Status.RUNNING:
+            if seq not in self.overlap.to_abort:  # deferred to the end of the overlap step
+                self.overlap.to_abort.append(seq)
+                self.overlap.stats.deferred_aborts += 1
+        else:
             self._finish(seq, FinishReason.ABORT)
-
-    def call_soon(self, fn) -> None:
-        """Runs ``fn()`` on the engine thread before the next step (thread-safe)."""
-        self._inbox.put(("call", fn))
-        self._wake.set()
 
     def poll(self) -> None:
         """Hook run on the engine thread at every step (PD queues override it)."""
@@ -134,24 +143,61 @@ class Engine:
         """Runs one scheduling step; returns None when there was nothing to run.
 
         With overlap scheduling the step's forward is still running when it returns; its results
-        are processed by the next step (``OverlapLoop.step``).
+        are processed by the next step.
         """
-        if self.overlap is not None:
-            return self.overlap.step()
         self._drain_inbox()
         self.poll()
+        t0 = time.perf_counter()
+        out = self._normal_step() if self.overlap is None else self._overlap_step(self.overlap)
+        if out is not None:
+            self.stats.busy_seconds += time.perf_counter() - t0
+        return out
+
+    def _normal_step(self) -> StepOutput | None:
         batch = self.scheduler.schedule()
         if not batch:
             return None
-        t0 = time.perf_counter()
         out = self.runner.run(batch)
         for it in batch.items:
             it.seq.num_computed = it.start + it.num_tokens
         for s in out.sampled:
             self._accept(s.seq, s.token)
         self.stats.steps += 1
-        self.stats.busy_seconds += time.perf_counter() - t0
         return out
+
+    def _overlap_step(self, ov: OverlapState) -> StepOutput | None:
+        last = self._resolve(ov)
+        future = {s.seq: s.token for s in last.out.sampled} if last else {}
+        batch = self.scheduler.schedule()
+        if batch:
+            if ov.worker is None:
+                ov.worker = ForwardWorker(self.runner)
+            ov.inflight = ov.worker.launch(batch, self.runner.prepare(batch, future))
+            ov.stats.launched += 1
+            self.stats.steps += 1
+        for s in last.out.sampled if last else ():
+            self._accept(s.seq, s.token)
+        pending, ov.to_abort = ov.to_abort, []
+        for seq in pending:
+            if seq.status is Status.RUNNING:
+                self._finish(seq, FinishReason.ABORT)
+        if last is None and not batch:
+            return None
+        return last.out if last is not None else StepOutput((), 0)
+
+    @staticmethod
+    def _resolve(ov: OverlapState) -> Resolved | None:
+        """Waits for the forward in flight; re-raises its error after forgetting it."""
+        job, ov.inflight = ov.inflight, None
+        if job is None:
+            return None
+        out = job.result.result()
+        for it in job.batch.items:
+            if it.seq.status is Status.RUNNING:
+                it.seq.num_computed = it.start + it.num_tokens
+        live = tuple(s for s in out.sampled if s.seq.status is Status.RUNNING)
+        ov.stats.discarded_tokens += len(out.sampled) - len(live)
+        return Resolved(job.batch, StepOutput(live, out.num_tokens))
 
     def _accept(self, seq: Sequence, token: int) -> None:
         if seq.status is not Status.RUNNING:

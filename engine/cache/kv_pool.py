@@ -15,9 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.config import EngineConfig, ModelConfig
-from engine.kernels import INDEX_K_TORCH_DTYPES
-
-KV_TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+from engine.kernels import INDEX_K_TORCH_DTYPES, KV_TORCH_DTYPES
 
 
 class OutOfPagesError(RuntimeError):

@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from engine.chat import ToolSpec
-from engine.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
+from engine.text.chat import ToolSpec
+from engine.text.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
 
 DEFAULT_MODEL = "tiny-deepseek"
 MAX_TOKENS_LIMIT = 4096

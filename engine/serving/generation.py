@@ -13,10 +13,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine import tokenizer as T
-from engine.chat import ToolSpec, render_prompt
-from engine.engine import Engine
-from engine.sequence import FinishReason, SamplingParams, Sequence, TokenEvent
+from engine.core.engine import Engine
+from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent
+from engine.text import tokenizer as T
+from engine.text.chat import ToolSpec, render_prompt
 
 _ids = itertools.count()
 

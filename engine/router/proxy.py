@@ -10,7 +10,7 @@ import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.protocol import error_response as error
+from engine.serving.protocol import error_response as error
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the answer
 

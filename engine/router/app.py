@@ -29,8 +29,7 @@ import httpx
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from engine.metrics import Metrics
-from engine.router_proxy import (
+from engine.router.proxy import (
     CLIENT_CLOSED,
     ClientGone,
     DecodeStream,
@@ -41,9 +40,10 @@ from engine.router_proxy import (
     read_object,
     wait_disconnect,
 )
-from engine.router_state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+from engine.serving.metrics import Metrics
 
-log = logging.getLogger("engine.router")  # not __main__ under python -m
+log = logging.getLogger(__name__)
 CHAT_PATH = "/v1/chat/completions"
 ROOM_HEADER = "X-Bootstrap-Room"
 
@@ -286,6 +286,3 @@ def main(argv: list[str] | None = None) -> None:
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=2)
 
-
-if __name__ == "__main__":
-    main()

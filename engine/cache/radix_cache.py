@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from engine.kv_pool import PageAllocator
+from engine.cache.kv_pool import PageAllocator
 
 
 @dataclass(eq=False)
@@ -50,17 +50,21 @@ class RadixCache:
 
         Takes one allocator reference per returned page on behalf of the caller.
         """
-        node, pages, now = self.root, [], next(self._clock)
-        limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
-        for key in self._chunks(tokens[:limit]):
-            child = node.children.get(key)
-            if child is None:
-                break
-            child.last_access = now
-            pages.append(child.page)
-            node = child
+        pages = [n.page for n in self._walk(tokens, max_tokens)]
         self.alloc.share(pages)
         return PrefixMatch(tuple(pages), len(pages) * self.page_size)
+
+    def _walk(self, tokens: list[int], max_tokens: int | None) -> list[_Node]:
+        """The nodes of the longest cached full-page prefix (at most ``max_tokens``), touched."""
+        node, path, now = self.root, [], next(self._clock)
+        limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
+        for key in self._chunks(tokens[:limit]):
+            node = node.children.get(key)
+            if node is None:
+                break
+            node.last_access = now
+            path.append(node)
+        return path
 
     def insert(self, tokens: list[int], pages: list[int]) -> int:
         """Stores the full pages of ``tokens`` (``pages[i]`` holds page i); returns pages added.

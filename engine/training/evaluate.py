@@ -13,13 +13,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.chat import render_prompt
 from engine.config import EngineConfig
-from engine.datagen import make_transcript
-from engine.dsml import parse_tool_calls
-from engine.engine import Engine
-from engine.sequence import SamplingParams, Sequence
-from engine.train import EVAL_SEED_BASE
+from engine.core.engine import Engine
+from engine.core.sequence import SamplingParams, Sequence
+from engine.text.chat import render_prompt
+from engine.text.dsml import parse_tool_calls
+from engine.training.datagen import make_transcript
+from engine.training.train import EVAL_SEED_BASE
 
 log = logging.getLogger(__name__)
 

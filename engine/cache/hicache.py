@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.cache.kv_pool import KVPool, OutOfPagesError, PageAllocator
+from engine.cache.radix_cache import PrefixMatch, RadixCache, _Node
 from engine.faults import FaultInjector
-from engine.kv_pool import KVPool, OutOfPagesError, PageAllocator
-from engine.radix_cache import PrefixMatch, RadixCache, _Node
 
 log = logging.getLogger(__name__)
 _job_ids = itertools.count(1)
@@ -189,17 +189,6 @@ class HiRadixCache(RadixCache):
             job = self._load(missing, fresh)
             jobs = jobs + (job,)
         return PrefixMatch(tuple(n.page for n in path), len(path) * self.page_size, jobs)
-
-    def _walk(self, tokens: list[int], max_tokens: int | None) -> list[_Node]:
-        node, path, now = self.root, [], next(self._clock)
-        limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
-        for key in self._chunks(tokens[:limit]):
-            node = node.children.get(key)
-            if node is None:
-                break
-            node.last_access = now
-            path.append(node)
-        return path
 
     def _truncate(self, path, resident, missing, jobs) -> PrefixMatch:
         cut = path.index(missing[0])

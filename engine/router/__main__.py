@@ -1,0 +1,3 @@
+from engine.router.app import main
+
+main()
