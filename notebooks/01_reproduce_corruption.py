@@ -40,10 +40,8 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import record_finding
+from workbench import investigate, plots, record_finding, reproduce
 
-from workbench.investigate import flagged_requests, rates_table, reproduce
-from workbench.plots import plot_bursts, plot_rates
 
 pl.Config.set_tbl_rows(30)
 pl.Config.set_fmt_str_lengths(90)
@@ -59,14 +57,14 @@ buggy.bursts
 # %%
 fixed = reproduce([], variant="fixed", sessions=sessions, turns=turns, max_tokens=max_tokens,
                   seeds=buggy.seeds)
-rates = rates_table([buggy, fixed])
+rates = investigate.rates_table([buggy, fixed])
 rates
 
 # %%
-plot_rates(rates);
+plots.plot_rates(rates);
 
 # %%
-plot_bursts([buggy, fixed]);
+plots.plot_bursts([buggy, fixed]);
 
 # %% [markdown]
 # What the oracle flagged: tool-call turns whose DSML block is malformed (a truncated parameter
@@ -75,7 +73,7 @@ plot_bursts([buggy, fixed]);
 # reference.
 
 # %%
-flagged_requests(buggy)
+investigate.flagged_requests(buggy)
 
 # %% [markdown]
 # ## Finding 1: the buggy variants leak DSML into content; the race really fired

@@ -32,14 +32,20 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import ReferenceBuffers, diff_against_reference, load_dump, record_finding
-from workbench.investigate import flagged_requests, reproduce
-from workbench.plots import plot_diff_heatmap, plot_layer_errors
+from workbench import (
+    ReferenceBuffers,
+    diff_against_reference,
+    investigate,
+    load_dump,
+    plots,
+    record_finding,
+    reproduce,
+)
 
 pl.Config.set_tbl_rows(40)
 rep = reproduce(patches, sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed,
                 max_bursts=max_bursts, capture_dir="runs/02-captures")
-bad = flagged_requests(rep)
+bad = investigate.flagged_requests(rep)
 bad
 
 # %%
@@ -58,13 +64,13 @@ d_pre = diff_against_reference(prefill, ref)
 d_pre.summary
 
 # %%
-plot_diff_heatmap(d_pre, "index_k_read_f32");
+plots.plot_diff_heatmap(d_pre, "index_k_read_f32");
 
 # %%
-plot_diff_heatmap(d_pre, "k");
+plots.plot_diff_heatmap(d_pre, "k");
 
 # %%
-plot_layer_errors(d_pre);
+plots.plot_layer_errors(d_pre);
 
 # %% [markdown]
 # ## Decode side: what arrived over NIXL
@@ -82,7 +88,7 @@ d_dec.summary
 s = d_pre.summary
 first = s.filter(pl.col("layer") == d_pre.first_bad_layer)
 bad_first = set(first.filter(pl.col("bad_positions") > 0)["buffer"])
-stale = d_pre.per_position[f"layer{d_pre.first_bad_layer}.index_k_read_f32"]
+stale = d_pre.errors(d_pre.first_bad_layer, "index_k_read_f32")
 stale_pos = (stale > 0).nonzero().flatten()
 replay = {"patches": patches, "seeds": rep.seeds, "room": room, "sessions": sessions,
           "turns": turns, "max_tokens": max_tokens}
@@ -131,7 +137,7 @@ kv_rows = stored.filter(pl.col("buffer").is_in(["k", "v"]))
 clean_end = min(prefill.num_cached, int(kv_rows["first_bad_position"].min()))
 shipped_stale = {}
 for layer in range(decode.num_layers):
-    err = d_dec.per_position[f"layer{layer}.index_k_f32"][:clean_end]
+    err = d_dec.errors(layer, "index_k_f32")[:clean_end]
     if int((err > 0).sum()):
         shipped_stale[f"layer{layer}"] = int((err > 0).sum())
 print(f"decode index-K differing from the reference in the clean prefix [0, {clean_end}):",

@@ -38,11 +38,10 @@ from pathlib import Path
 
 import polars as pl
 
-from workbench import bisect_patch_series, default_repeats, record_finding, series_candidates
-from workbench.plots import plot_posterior, plot_trial_timeline
+from workbench import PatchSeries, bisect_patch_series, plots, record_finding
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
-print("candidates:", series_candidates(series))
+print("candidates:", PatchSeries(tuple(series)).labels())
 res = bisect_patch_series(series, store=store, sessions=sessions, confidence=confidence,
                           seed=seed, max_trials=max_trials, log_dir="runs/03-logs")
 print(f"culprit {res.culprit} with posterior {res.confidence:.3f} after {res.trials_spent} "
@@ -52,26 +51,23 @@ print(f"culprit {res.culprit} with posterior {res.confidence:.3f} after {res.tri
 pl.DataFrame({"candidate": list(res.posterior), "posterior": list(res.posterior.values())})
 
 # %%
-plot_posterior(res);
+plots.plot_posterior(res);
 
 # %%
-plot_trial_timeline(res.history);
+plots.plot_trial_timeline(res.history);
 
 # %%
 res.history
 
 # %% [markdown]
 # What a fixed-repeat bisection would have paid at most: to call a candidate good at the
-# estimated failure rate with 5% risk it needs `default_repeats(rate)` clean trials per probe (a
+# estimated failure rate with 5% risk it needs `res.fixed_repeat_bound()` clean trials per probe (a
 # bad probe stops at its first failure, so it pays less). Told the true rate, fixed-repeat is
 # close to the cheapest any bisection can be; `python -m bench.bisect_sim` measures both methods
 # on simulated culprits and prints the information-theoretic floor next to them.
 
 # %%
-import math
-
-per_probe = default_repeats(max(res.estimated_fail_rate_bad, 0.05))
-fixed_cost = per_probe * math.ceil(math.log2(len(series) + 1))
+per_probe, fixed_cost = res.fixed_repeat_bound(min_rate=0.05)
 print(f"fixed-repeat: {per_probe} clean trials per good call, at most {fixed_cost} in all; "
       f"Bayesian: {res.trials_spent}")
 
@@ -79,7 +75,7 @@ print(f"fixed-repeat: {per_probe} clean trials per good call, at most {fixed_cos
 # ## Finding: the culprit is the patch that drops the index-K wait gate
 
 # %%
-added = res.culprit.lstrip("+").split("+")[-1] if res.culprit else None
+added = PatchSeries(tuple(series)).added_by(res.culprit) if res.culprit else None
 print(record_finding(
     "the culprit is the patch that drops the index-K wait gate",
     {"bisection converged": res.converged,

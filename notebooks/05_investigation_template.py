@@ -33,10 +33,10 @@ from workbench import (
     dump_buffers,
     launch_pd_pair,
     list_workloads,
+    plots,
     record_finding,
     run_workload,
 )
-from workbench.plots import plot_latency, plot_layer_errors
 
 pair = launch_pd_pair(patches=patches, engine=engine, faults=faults)
 pair.debug("/debug/patches")
@@ -53,7 +53,7 @@ res.requests.select(["session", "turn", "kind", "room", "ttft_s", "e2e_s", "fini
                      "v_leaked", "v_ref_match"])
 
 # %%
-plot_latency(res.requests);
+plots.plot_latency(res.requests);
 
 # %%
 room = res.requests["room"].drop_nulls()[0]
@@ -62,7 +62,7 @@ diff = diff_against_reference(dump, pair.spec.engine_config())
 diff.summary
 
 # %%
-plot_layer_errors(diff);
+plots.plot_layer_errors(diff);
 
 # %% [markdown]
 # ## Finding: with the default variants every buffer equals the reference

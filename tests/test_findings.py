@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 import torch
 
-from workbench import FindingNotSupported, read_findings, record_finding
+from workbench import read_findings, record_finding
 from workbench.cli import main as wb
+from workbench.findings import FindingNotSupported
 
 
 def test_a_held_finding_is_recorded_with_evidence_replay_and_commit(tmp_path):

@@ -10,17 +10,16 @@ import pytest  # noqa: E402
 
 from engine.kernels import KERNELS, get_kernels  # noqa: E402
 from engine.registry import UnknownVariantError  # noqa: E402
-from workbench import (  # noqa: E402
+from workbench.bisect import bisect, fixed_repeat_bisect  # noqa: E402
+from workbench.ddmin import ddmin  # noqa: E402
+from workbench.kernel_faults import perturb_op  # noqa: E402
+from workbench.kernels import (  # noqa: E402
     OPS,
-    bisect,
     compare_kernels,
-    ddmin,
-    fixed_repeat_bisect,
     kernel_trial,
     make_case,
     mixed_kernel_set,
     model_divergence,
-    perturb_op,
     temporary_kernel_sets,
 )
 

@@ -10,12 +10,8 @@ from openai.types.chat import ChatCompletion as SDKCompletion
 from openai.types.chat import ChatCompletionChunk as SDKChunk
 from pydantic import ValidationError
 
-from engine.serving.protocol import (
-    ChatCompletionRequest,
-    ErrorResponse,
-    tool_specs,
-    validation_error_message,
-)
+from engine.serving.errors import ErrorResponse, validation_error_message
+from engine.serving.protocol import ChatCompletionRequest, tool_specs
 from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,

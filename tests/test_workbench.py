@@ -10,17 +10,11 @@ import time
 import polars as pl
 import pytest
 
-from workbench import (
-    EMBEDDED,
-    LaunchError,
-    QueueSampler,
-    TemplateBackend,
-    diff_against_reference,
-    dump_buffers,
-    inject_concurrency,
-    launch_pd_pair,
-)
+from workbench import diff_against_reference, dump_buffers, inject_concurrency, launch_pd_pair
 from workbench.buffers import BufferDump, ReferenceBuffers
+from workbench.launch import EMBEDDED, TemplateBackend
+from workbench.process import LaunchError
+from workbench.queues import QueueSampler
 
 pytestmark = pytest.mark.slow
 

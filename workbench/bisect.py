@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
-from workbench.trials import CachedTrial, TrialStore
+from workbench.trials import CachedTrial, TrialFn, TrialStore
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PRIOR_FAIL_RATE = (0.3, 3.0)
 """Default Beta(a, b) prior on the bad-side rate: mean 0.09, density ~ p^-0.7 near 0 (nearly
 scale-free), so it stays roughly calibrated for rates 1%..100% (see ``bench.bisect_sim``)."""
-
-TrialFn = Callable[[str, int], bool]
-
 
 @dataclass(frozen=True)
 class BisectResult:
@@ -58,6 +55,12 @@ class BisectResult:
     method: str = "bayes"
     trace: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
     """Posterior after every trial, long form: ``step, candidate, probability``."""
+
+    def fixed_repeat_bound(self, min_rate: float = 0.05, alpha: float = 0.05) -> tuple[int, int]:
+        """What fixed-repeat bisection would pay at most at the estimated bad-side rate (floored
+        at ``min_rate``): ``(clean trials per good call, total over log2(candidates) probes)``."""
+        per_probe = default_repeats(max(self.estimated_fail_rate_bad, min_rate), alpha)
+        return per_probe, per_probe * math.ceil(math.log2(max(2, len(self.posterior))))
 
 
 class _LogBeta:

@@ -8,7 +8,6 @@ and buffer, the max abs / relative difference and the first bad position.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,17 +16,28 @@ import torch
 from safetensors.torch import load as st_load
 
 from engine.config import EngineConfig
+from engine.core.dump import DumpKey
 from engine.model.model import load_model
 from engine.model.reference import Reference
 from workbench.launch import PDPair
 
 log = logging.getLogger(__name__)
+ROLES = ("decode", "prefill")
+
+
+def capture_name(room: int, role: str) -> str:
+    """The file name of a captured dump of ``room`` on ``role`` (writer and reader use this)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; valid: {', '.join(ROLES)}")
+    return f"room-{room}-{role}.safetensors"
+
+
 WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",), "index_k_read": ("index_k_read_f32",)}
 
 
 @dataclass(frozen=True)
 class BufferDump:
-    """Buffers of one request in logical token order: ``tensors["layer{i}.{name}"]``."""
+    """Buffers of one request in logical token order: ``tensors[str(DumpKey(i, name))]``."""
 
     source: str
     tokens: list[int]
@@ -36,7 +46,7 @@ class BufferDump:
 
     @property
     def num_layers(self) -> int:
-        return 1 + max(int(m.group(1)) for k in self.tensors if (m := re.match(r"layer(\d+)", k)))
+        return 1 + max(key.layer for k in self.tensors if (key := DumpKey.parse(k)))
 
     def save(self, path: str | Path) -> Path:
         from safetensors.torch import save_file
@@ -50,7 +60,7 @@ class BufferDump:
 def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read")) -> BufferDump:
     raw = st_load(blob)
     names = {n for w in what for n in WHAT[w]}
-    keep = {k: v for k, v in raw.items() if k.split(".", 1)[-1] in names}
+    keep = {k: v for k, v in raw.items() if (key := DumpKey.parse(k)) and key.name in names}
     cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0
     return BufferDump(source, raw["tokens"].tolist(), keep, cached)
 
@@ -73,12 +83,16 @@ def dump_buffers(pair: PDPair, room: int | None = None, rid: str | None = None,
 
 @dataclass(frozen=True)
 class BufferDiff:
-    """``summary``: one row per (layer, buffer); ``per_position``: [L*B rows, T] max abs diff."""
+    """``summary``: one row per (layer, buffer); ``per_position[DumpKey]``: [T] max abs diff."""
 
     summary: pl.DataFrame
-    per_position: dict[str, torch.Tensor]
+    per_position: dict[DumpKey, torch.Tensor]
     first_bad_layer: int | None
     first_bad_position: int | None
+
+    def errors(self, layer: int, buffer: str) -> torch.Tensor:
+        """[T] max abs difference of ``buffer`` at ``layer`` per position (KeyError if absent)."""
+        return self.per_position[DumpKey(layer, buffer)]
 
 
 class ReferenceBuffers:
@@ -91,8 +105,9 @@ class ReferenceBuffers:
     def buffers(self, tokens: list[int]) -> dict[str, torch.Tensor]:
         out = {}
         for i, lb in enumerate(self.ref.forward(tokens).layers):
-            out[f"layer{i}.k"], out[f"layer{i}.v"] = lb.k, lb.v
-            out[f"layer{i}.index_k_f32"] = out[f"layer{i}.index_k_read_f32"] = lb.index_k
+            out[str(DumpKey(i, "k"))], out[str(DumpKey(i, "v"))] = lb.k, lb.v
+            for name in ("index_k_f32", "index_k_read_f32"):
+                out[str(DumpKey(i, name))] = lb.index_k
         return out
 
 
@@ -102,13 +117,14 @@ def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffer
     refb = cfg if isinstance(cfg, ReferenceBuffers) else ReferenceBuffers(cfg)
     ref = refb.buffers(dump.tokens)
     rows, per_pos = [], {}
-    for key, got in sorted(dump.tensors.items(), key=lambda kv: _order(kv[0])):
+    for key, got in sorted(dump.tensors.items(), key=lambda kv: DumpKey.parse(kv[0])):
         want = ref[key].to(got.dtype).float()
         err = (got.float() - want).abs().flatten(1).amax(1)  # [T]
         scale = want.abs().flatten(1).amax(1).clamp_min(1e-6)
         bad = (err / scale > rtol).nonzero().flatten()
-        layer, name = _order(key)
-        per_pos[key] = err
+        dk = DumpKey.parse(key)
+        layer, name = dk.layer, dk.name
+        per_pos[dk] = err
         rows.append({"layer": layer, "buffer": name, "max_abs": float(err.max()),
                      "max_rel": float((err / scale).max()), "bad_positions": len(bad),
                      "first_bad_position": int(bad[0]) if len(bad) else None,
@@ -119,7 +135,3 @@ def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffer
                       int(bad_rows["layer"].min()) if len(bad_rows) else None,
                       int(bad_rows["first_bad_position"].min()) if len(bad_rows) else None)
 
-
-def _order(key: str) -> tuple[int, str]:
-    layer, name = key.split(".", 1)
-    return int(layer.removeprefix("layer")), name

@@ -27,18 +27,12 @@ log = logging.getLogger("wb")
 
 
 def _pair_from_state(path: str):
-    from workbench.launch import LaunchSpec, PDPair
-    from workbench.process import ServerProcess
+    from workbench.launch import attach
 
     st = json.loads(Path(path).read_text())
-    spec = LaunchSpec(tuple(st["patches"]), st["engine"], st["faults"])
-
-    def srv(name: str, url: str) -> ServerProcess:
-        host, port = url.removeprefix("http://").rsplit(":", 1)
-        return ServerProcess(name, [], Path(st["log_dir"]), host=host, port=int(port))
-    return PDPair(spec, [srv("prefill", u) for u in st["prefill"]],
-                  [srv("decode", u) for u in st["decode"]], srv("router", st["router"]),
-                  Path(st["log_dir"]))
+    return attach(st["router"], prefill=st["prefill"], decode=st["decode"],
+                  patches=st["patches"], engine=st["engine"], faults=st["faults"],
+                  log_dir=st["log_dir"])
 
 
 def cmd_up(args) -> None:

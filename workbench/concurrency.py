@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import polars as pl
 
+from workbench.buffers import capture_name
 from workbench.launch import PDPair
 from workbench.load import LoadConfig, RequestRecord, SessionRunner
 from workbench.oracle import ReferenceOracle
@@ -93,7 +94,7 @@ async def _capture(pair: PDPair, rec: RequestRecord, out: Path) -> list[Path]:
         except httpx.HTTPError as exc:
             log.warning("capture of room %s on %s failed: %s", rec.room, role, exc)
             continue
-        path = out / f"room-{rec.room}-{role}.safetensors"
+        path = out / capture_name(rec.room, role)
         path.write_bytes(blob)
         files.append(path)
     return files

@@ -9,6 +9,8 @@ a difference of code, not of load. ``wedge_probe`` asks whether a pair still ser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import enum
 import itertools
 import logging
 import time
@@ -21,19 +23,50 @@ import polars as pl
 
 from engine.config import EngineConfig
 from engine.training.datagen import make_transcript
+from workbench.buffers import capture_name
 from workbench.concurrency import inject_concurrency, run_sync, wilson
 from workbench.launch import LaunchSpec, PDPair, launch_pd_pair
 from workbench.load import LoadConfig
+from workbench.queues import QueueSampler
 from workbench.series import RACE_ENGINE as SERIES_ENGINE
 from workbench.series import RACE_FAULTS
 
 log = logging.getLogger(__name__)
+__all__ = ["BUGGY", "RACE_ENGINE", "Burst", "QueueSampler", "Reproduction", "StopOn",
+           "flagged_requests", "kill_storm", "race_counts", "rates_table", "reproduce",
+           "wedge_probe"]
 
 RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
 BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
-BURST_COLUMNS = {"seed": pl.Int64, "requests": pl.Int64, "flagged": pl.Int64, "leaked": pl.Int64,
-                 "mismatched": pl.Int64, "stale_reads": pl.Int64, "stale_sends": pl.Int64,
-                 "t_s": pl.Float64}
+
+
+class StopOn(enum.Enum):
+    """Which count of a burst ends a reproduction."""
+
+    FLAGGED = "flagged"
+    LEAKED = "leaked"
+    MISMATCHED = "mismatched"
+
+    def count(self, burst: Burst) -> int:
+        return getattr(burst, self.value)
+
+
+@dataclass(frozen=True)
+class Burst:
+    """One seeded burst's totals (a row of ``Reproduction.bursts``)."""
+
+    seed: int
+    requests: int
+    flagged: int
+    leaked: int
+    mismatched: int
+    stale_reads: int
+    stale_sends: int
+    t_s: float = 0.0
+
+
+BURST_COLUMNS = {f.name: (pl.Float64 if f.type == "float" else pl.Int64)
+                 for f in dataclasses.fields(Burst)}
 
 
 @dataclass(frozen=True)
@@ -64,7 +97,7 @@ class Reproduction:
     def capture_of(self, room: int, role: str = "prefill") -> Path:
         """The dump captured for a flagged ``room`` on ``role`` (raises KeyError if none)."""
         for path in self.captures:
-            if path.name == f"room-{room}-{role}.safetensors":
+            if path.name == capture_name(room, role):
                 return path
         raise KeyError(f"no {role} capture for room {room}; captured: "
                        f"{sorted(p.name for p in self.captures)}")
@@ -87,15 +120,15 @@ def race_counts(pair: PDPair) -> dict[str, int]:
 
 def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
            capture_dir: Path | None,
-           duration_s: float) -> tuple[dict, pl.DataFrame, tuple[Path, ...]]:
+           duration_s: float) -> tuple[Burst, pl.DataFrame, tuple[Path, ...]]:
     before = race_counts(pair)
     res = inject_concurrency(pair, sessions=sessions, turns=turns, seed=seed,
                              max_tokens=max_tokens, capture_dir=capture_dir, progress=False,
                              duration_s=duration_s)
     s = res.summary
     after = race_counts(pair)
-    row = {"seed": seed, "requests": s.completed, "flagged": s.flagged, "leaked": s.leaked,
-           "mismatched": s.ref_mismatch, **{k: after[k] - before[k] for k in after}}
+    row = Burst(seed, s.completed, s.flagged, s.leaked, s.ref_mismatch,
+                **{k: after[k] - before[k] for k in after})
     log.info("burst seed=%d: %s", seed, row)
     return row, res.requests.with_columns(pl.lit(seed).alias("seed")), res.captures
 
@@ -103,12 +136,12 @@ def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
 def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
               sessions: int = 6, turns: int = 2, max_tokens: int = 120, seed: int = 0,
               seeds: Sequence[int] | None = None, max_bursts: int | None = 6,
-              stop_after_flags: int | None = 1, stop_on: str = "flagged",
+              stop_after_flags: int | None = 1, stop_on: StopOn | str = StopOn.FLAGGED,
               cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None) -> Reproduction:
     """Runs seeded bursts on a fresh PD pair; stops once ``stop_after_flags`` requests are
-    ``stop_on`` (``"flagged"``, ``"leaked"`` or ``"mismatched"``).
+    ``stop_on`` (a ``StopOn`` or its value: ``"flagged"``, ``"leaked"`` or ``"mismatched"``).
 
     ``seeds`` (when given) fixes the bursts exactly and disables early stopping; the first burst
     seed also seeds the router (room numbers), so a replay by ``seeds`` numbers rooms alike.
@@ -116,8 +149,11 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
     running burst starts no turn past it.  ``max_bursts=None`` (only with ``cap_s``) lets the
     cap alone end the run.
     """
-    if stop_on not in ("flagged", "leaked", "mismatched"):
-        raise ValueError(f"stop_on must be flagged, leaked or mismatched, not {stop_on!r}")
+    try:
+        stop_on = StopOn(stop_on)
+    except ValueError:
+        raise ValueError(f"stop_on must be one of {[s.value for s in StopOn]}, "
+                         f"not {stop_on!r}") from None
     if max_bursts is None and cap_s is None and seeds is None:
         raise ValueError("max_bursts=None needs cap_s (or seeds): the run would never end")
     plan = seeds if seeds is not None else (
@@ -137,17 +173,17 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
             if left <= 0:
                 break
             row, df, files = _burst(pair, s, sessions, turns, max_tokens, cap, left)
-            rows.append({**row, "t_s": round(time.monotonic() - t0, 2)})
+            rows.append(dataclasses.replace(row, t_s=round(time.monotonic() - t0, 2)))
             frames.append(df)
             captures += files
-            if first is None and row["flagged"]:
-                first = rows[-1]["t_s"]
-            if stop is not None and sum(r[stop_on] for r in rows) >= stop:
+            if first is None and row.flagged:
+                first = rows[-1].t_s
+            if stop is not None and sum(stop_on.count(r) for r in rows) >= stop:
                 break
     name = variant or ("+".join(patches) if patches else "fixed")
-    bursts = pl.DataFrame(rows) if rows else pl.DataFrame(schema=BURST_COLUMNS)
+    bursts = pl.DataFrame([dataclasses.asdict(r) for r in rows], schema=BURST_COLUMNS)
     requests = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
-    return Reproduction(name, tuple(patches), tuple(r["seed"] for r in rows), bursts, requests,
+    return Reproduction(name, tuple(patches), tuple(r.seed for r in rows), bursts, requests,
                         tuple(captures), round(launch_s, 2), first, engine, faults)
 
 

@@ -182,6 +182,35 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
     return PDPair(spec, prefill, decode, router, log_dir)
 
 
+def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
+           decode: tuple[str, ...] | list[str] = (), patches=(), engine: dict | None = None,
+           faults: dict | None = None, debug_token: str = "pdwb-debug",
+           log_dir: str | Path | None = None, timeout_s: float = 10.0) -> PDPair:
+    """A ``PDPair`` handle on a deployment that is already running at ``url`` (its router).
+
+    Nothing is launched and ``close()`` stops nothing. ``prefill``/``decode`` name the servers
+    behind the router (needed by probes that read their debug routes or dumps); ``patches``,
+    ``engine`` and ``faults`` describe what they run (for the in-process reference). Raises
+    ``LaunchError`` when ``url`` does not answer ``/health`` within ``timeout_s``.
+    """
+    spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}),
+                      max(1, len(prefill)), max(1, len(decode)), debug_token=debug_token)
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-attach-"))
+    router = _running("router", url, log_dir)
+    _wait_all([router], timeout_s)
+    return PDPair(spec, [_running(f"prefill{i}", u, log_dir) for i, u in enumerate(prefill)],
+                  [_running(f"decode{i}", u, log_dir) for i, u in enumerate(decode)], router,
+                  log_dir)
+
+
+def _running(name: str, url: str, log_dir: Path) -> ServerProcess:
+    """A server this process did not start (``proc`` stays None: ``stop()`` does nothing)."""
+    u = httpx.URL(url)
+    if u.scheme != "http" or not u.host or not u.port:
+        raise ValueError(f"{name} URL must look like http://HOST:PORT, not {url!r}")
+    return ServerProcess(name, [], log_dir, host=u.host, port=u.port)
+
+
 def _wait_all(servers: list[ServerProcess], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for srv in servers:

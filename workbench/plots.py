@@ -11,12 +11,11 @@ from workbench.buffers import BufferDiff
 
 def plot_diff_heatmap(diff: BufferDiff, buffer: str = "index_k_f32"):
     """Max abs difference per (layer, position) for one buffer kind."""
-    keys = sorted((k for k in diff.per_position if k.endswith("." + buffer)),
-                  key=lambda k: int(k.split(".")[0][5:]))
+    keys = sorted(k for k in diff.per_position if k.name == buffer)
     grid = torch.stack([diff.per_position[k] for k in keys]).numpy()
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(keys) + 1.5))
     im = ax.imshow(grid, aspect="auto", cmap="magma", interpolation="nearest")
-    ax.set_yticks(range(len(keys)), [k.split(".")[0] for k in keys])
+    ax.set_yticks(range(len(keys)), [f"layer{k.layer}" for k in keys])
     ax.set_xlabel("token position")
     ax.set_title(f"|dump - reference| for {buffer}")
     fig.colorbar(im, ax=ax, label="max abs diff")

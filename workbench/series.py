@@ -25,13 +25,43 @@ RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
 BURST_PRIOR = (1.0, 1.0)
 
 
+@dataclass(frozen=True)
+class PatchSeries:
+    """An ordered patch series; candidate i enables its first i patches.
+
+    Candidates are labelled ``"base"``, ``"+a"``, ``"+a+b"``, ... (the labels bisection and its
+    trial store key on); ``patches_of`` and ``added_by`` look a label up, never parse it.
+    """
+
+    patches: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if len(set(self.patches)) != len(self.patches):
+            raise ValueError(f"a patch series names each patch once: {self.patches}")
+
+    def labels(self) -> list[str]:
+        return ["base"] + ["+" + "+".join(self.patches[: i + 1])
+                           for i in range(len(self.patches))]
+
+    def patches_of(self, label: str) -> tuple[str, ...]:
+        """The patches candidate ``label`` enables (ValueError for a label not in the series)."""
+        return self.patches[: self._index(label)]
+
+    def added_by(self, label: str) -> str | None:
+        """The patch candidate ``label`` adds to its predecessor (None for ``"base"``)."""
+        i = self._index(label)
+        return self.patches[i - 1] if i else None
+
+    def _index(self, label: str) -> int:
+        try:
+            return self.labels().index(label)
+        except ValueError:
+            raise ValueError(f"{label!r} is not a candidate of {self.labels()}") from None
+
+
 def series_candidates(patches: tuple[str, ...] | list[str]) -> list[str]:
-    """Names ``"+a+b"`` for the cumulative prefixes; index 0 is the baseline ``"base"``."""
-    return ["base"] + ["+" + "+".join(patches[: i + 1]) for i in range(len(patches))]
-
-
-def candidate_patches(name: str) -> tuple[str, ...]:
-    return () if name == "base" else tuple(name.lstrip("+").split("+"))
+    """The candidate labels of ``PatchSeries(patches)``; index 0 is the baseline ``"base"``."""
+    return PatchSeries(tuple(patches)).labels()
 
 
 @dataclass(eq=False)
@@ -41,6 +71,7 @@ class PairPool:
     engine: dict = field(default_factory=lambda: dict(RACE_ENGINE))
     faults: dict = field(default_factory=lambda: dict(RACE_FAULTS))
     log_dir: Path | None = None
+    series: PatchSeries = PatchSeries(DEFAULT_SERIES)
     current: str | None = None
     pair: PDPair | None = None
 
@@ -48,7 +79,8 @@ class PairPool:
         if candidate != self.current:
             self.close()
             log_dir = self.log_dir / candidate.strip("+") if self.log_dir else None
-            self.pair = launch_pd_pair(patches=candidate_patches(candidate), engine=self.engine,
+            self.pair = launch_pd_pair(patches=self.series.patches_of(candidate),
+                                       engine=self.engine,
                                        faults=self.faults, log_dir=log_dir)
             self.current = candidate
         return self.pair
@@ -81,10 +113,11 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
     trials: the default prior on that rate is flat (``BURST_PRIOR``), not the rare-failure
     prior ``bisect`` defaults to, which would spend several more passes per good candidate.
     """
-    pool = PairPool(log_dir=Path(log_dir) if log_dir else None)
+    ps = PatchSeries(tuple(series))
+    pool = PairPool(log_dir=Path(log_dir) if log_dir else None, series=ps)
     db = TrialStore(store) if store else None
     try:
-        return bisect(series_candidates(tuple(series)), corruption_trial(pool, sessions),
+        return bisect(ps.labels(), corruption_trial(pool, sessions),
                       confidence=confidence, max_trials=max_trials, seed=seed, store=db,
                       experiment=experiment, prior_fail_rate=prior_fail_rate)
     finally:

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
 
 from engine.core.sequence import SamplingParams
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
+from engine.serving.errors import BadRequestError
+from engine.serving.errors import error_response as error
 from engine.serving.generation import Generation
-from engine.serving.protocol import ChatCompletionRequest
-from engine.serving.protocol import error_response as error
-from engine.serving.server import ChatServer, parse_request
+from engine.serving.protocol import ChatCompletionRequest, parse_chat_request
+from engine.serving.server import ChatServer
 from engine.transfer.endpoint import EndpointBlob
 
 
@@ -52,9 +52,10 @@ class PrefillServer(ChatServer):
         return {"ok": True}
 
     async def chat(self, request: Request):
-        req = await parse_request(request)
-        if isinstance(req, JSONResponse):
-            return req
+        try:
+            req = parse_chat_request(await request.body())
+        except BadRequestError as exc:
+            return exc.response()
         if req.bootstrap_room is None:
             return error(400, "prefill server needs bootstrap_room (send through the router)",
                          "bootstrap_room")

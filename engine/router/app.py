@@ -35,12 +35,12 @@ from engine.router.proxy import (
     DecodeStream,
     UpstreamError,
     discard,
-    error,
     passthrough,
-    read_object,
     wait_disconnect,
 )
 from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+from engine.serving.errors import BadRequestError, json_object
+from engine.serving.errors import error_response as error
 from engine.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -173,10 +173,11 @@ class Router:
 
     async def chat(self, request: Request) -> Response:
         """POST /v1/chat/completions."""
-        body = await read_object(request)
-        if isinstance(body, Response):
+        try:
+            body = json_object(await request.body())
+        except BadRequestError as exc:
             self.metrics.inc("requests_total", status="400")
-            return body
+            return exc.response()
         a = self.assign()
         stream = body.get("stream") is True
         fields = bootstrap_fields(a)

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-
-from engine.serving.protocol import error_response as error
+from fastapi.responses import Response, StreamingResponse
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the answer
 
@@ -25,17 +22,6 @@ class UpstreamError(Exception):
 
 class ClientGone(Exception):
     """The client disconnected before decode answered."""
-
-
-async def read_object(request: Request) -> dict | JSONResponse:
-    """The body as a JSON object, or a 400 answer saying why not."""
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error(400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return error(400, "request body must be a JSON object")
-    return body
 
 
 async def wait_disconnect(request: Request) -> None:

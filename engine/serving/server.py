@@ -7,7 +7,6 @@ Bad input answers 4xx with an OpenAI-style error body and never reaches the engi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
 
@@ -18,10 +17,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
 from engine.serving.debug import add_debug_routes
+from engine.serving.errors import BadRequestError
+from engine.serving.errors import error_response as error
 from engine.serving.generation import Generation, PromptPlan, plan_prompt
 from engine.serving.metrics import Metrics, engine_gauges
-from engine.serving.protocol import ChatCompletionRequest, tool_specs, validation_error_message
-from engine.serving.protocol import error_response as error
+from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
 from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -49,19 +49,6 @@ from engine.text.dsml import (
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"
-
-
-async def parse_request(request: Request) -> ChatCompletionRequest | JSONResponse:
-    try:
-        body = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error(400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return error(400, "request body must be a JSON object")
-    try:
-        return ChatCompletionRequest.model_validate(body)
-    except pydantic.ValidationError as exc:
-        return error(400, validation_error_message(exc))
 
 
 def sampling_params(req: ChatCompletionRequest, default_max: int) -> SamplingParams:
@@ -131,10 +118,11 @@ class ChatServer:
         return gen.start()
 
     async def chat(self, request: Request):
-        req = await parse_request(request)
-        if isinstance(req, JSONResponse):
+        try:
+            req = parse_chat_request(await request.body())
+        except BadRequestError as exc:
             self.metrics.inc("requests_total", status="400")
-            return req
+            return exc.response()
         try:
             gen = self.new_generation(req)
         except (PromptTooLongError, ValueError) as exc:

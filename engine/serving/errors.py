@@ -1,0 +1,92 @@
+"""Error answers shared by the server, the PD servers and the router (OpenAI error schema)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: int | str | None = None  # our servers put the HTTP status here
+
+
+class ErrorResponse(BaseModel):
+    """Error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    error: ErrorDetail
+
+    @classmethod
+    def from_validation_error(cls, exc: ValidationError) -> ErrorResponse:
+        err = _primary_error(exc)
+        lead = re.match(r"(?:Value error, )?(\w+): ", err["msg"])
+        param = _loc_text(err["loc"]) or (lead.group(1) if lead else None)
+        return cls(error=ErrorDetail(message=validation_error_message(exc), param=param))
+
+    @classmethod
+    def of_status(cls, status: int, message: str, param: str | None = None) -> ErrorResponse:
+        """The body a server answers with ``status``: 5xx are ``server_error``, else
+        ``invalid_request_error``; ``code`` is the status."""
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return cls(error=ErrorDetail(message=message, type=kind, param=param, code=status))
+
+
+class BadRequestError(ValueError):
+    """A request body the server refuses with 400; ``param`` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+    def response(self) -> JSONResponse:
+        return error_response(400, str(self), self.param)
+
+
+def json_object(raw: bytes) -> dict:
+    """``raw`` as a JSON object (server and router parse bodies here); raises BadRequestError."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("request body must be a JSON object")
+    return body
+
+
+def error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
+    """The answer with ``status`` and an ``ErrorResponse.of_status`` body (server and router)."""
+    body = ErrorResponse.of_status(status, message, param)
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+def validation_error_message(exc: ValidationError) -> str:
+    """``"<field path>: <reason>"`` for the most specific error, e.g.
+    ``"tools[0].function.parameters.properties.city.type: Input should be 'string', ..."``."""
+    err = _primary_error(exc)
+    msg = err["msg"].removeprefix("Value error, ")
+    loc = _loc_text(err["loc"])
+    return f"{loc}: {msg}" if loc else msg
+
+
+def _primary_error(exc: ValidationError) -> dict:
+    """The deepest error (first on ties): for unions this is the best-matching branch."""
+    return max(exc.errors(), key=lambda e: len(_field_parts(e["loc"])))
+
+
+def _field_parts(loc: tuple) -> list:
+    """Drops pydantic's union-branch labels (``literal[...]``, ``NamedToolChoice``)."""
+    return [p for p in loc if isinstance(p, int) or not ("[" in p or p == "NamedToolChoice")]
+
+
+def _loc_text(loc: tuple) -> str:
+    text = ""
+    for p in _field_parts(loc):
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else p)
+    return text
+
+
