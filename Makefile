@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup chromium test demo lint bench train clean
+.PHONY: setup chromium test test-fast demo lint bench train clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,6 +22,10 @@ chromium:
 
 test: $(STAMP) chromium
 	TRITON_INTERPRET=1 $(PY) -m pytest tests
+
+# inner loop: everything but the multi-process tests (servers, PD pairs, notebooks, browser)
+test-fast: $(STAMP)
+	TRITON_INTERPRET=1 $(PY) -m pytest tests -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench

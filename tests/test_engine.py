@@ -165,16 +165,15 @@ def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
         assert out == Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)
 
 
-def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch():
+def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch(make_engine):
     """Real weights, multi-turn sessions whose prefixes come back from host memory."""
     from engine.text.chat import render_prompt
     from engine.training.datagen import make_transcript
 
     def run(patches: str) -> int:
-        cfg = EngineConfig(hicache=True, hicache_offload_on_finish=True, num_pages=400,
-                           patches=patches, faults={"seed": 7, "hicache_ns_per_byte": 2000.0})
-        eng, mismatches = Engine(cfg), 0
-        ref = Engine(EngineConfig(index_k_dtype=cfg.index_k_dtype))
+        eng = make_engine(hicache=True, hicache_offload_on_finish=True, num_pages=400,
+                          patches=patches, faults={"seed": 7, "hicache_ns_per_byte": 2000.0})
+        ref, mismatches = make_engine(index_k_dtype=eng.cfg.index_k_dtype), 0
         for s in range(3):
             tr = make_transcript(777 + s)
             msgs = tr.messages(upto_round=0)

@@ -3,7 +3,6 @@ aborts, page accounting, the one-step-late release (a PD pair with it: ``tests/t
 
 from __future__ import annotations
 
-from engine.config import EngineConfig
 from engine.core.engine import Engine
 from engine.core.sequence import FinishReason, SamplingParams, Sequence, Status, TokenEvent
 from engine.model.reference import Reference
@@ -28,10 +27,10 @@ def params(i: int) -> SamplingParams:
     return SamplingParams(max_tokens=[1, 24, 7, 16, 3, 30][i % 6])
 
 
-def run_mix(patches: str, n: int = 6, **cfg) -> tuple[Engine, list[Sequence]]:
+def run_mix(make, patches: str, n: int = 6, **cfg) -> tuple[Engine, list[Sequence]]:
     """``n`` concurrent requests; the second half, submitted mid-run, extends the first half's
     prompts (prefix-cache hits once those finished)."""
-    eng = Engine(EngineConfig(patches=patches, **cfg))
+    eng = make(patches=patches, **cfg)
     ps = chat_prompts(eng, n)
     ps[n // 2:] = [ps[i - n // 2] + ps[i][8:40] for i in range(n // 2, n)]
     seqs = [eng.submit(Sequence(f"m{i}", p, params(i))) for i, p in enumerate(ps[: n // 2])]
@@ -50,9 +49,9 @@ def assert_no_page_leak(eng: Engine) -> None:
     assert eng.allocator.num_free == eng.allocator.num_pages
 
 
-def test_overlap_tokens_equal_non_overlap_and_reference():
-    base, base_seqs = run_mix("")
-    eng, seqs = run_mix(OVERLAP)
+def test_overlap_tokens_equal_non_overlap_and_reference(make_engine):
+    base, base_seqs = run_mix(make_engine, "")
+    eng, seqs = run_mix(make_engine, OVERLAP)
     assert base.overlap is None and eng.overlap is not None
     assert [s.output for s in seqs] == [s.output for s in base_seqs]
     assert [s.finish_reason for s in seqs] == [s.finish_reason for s in base_seqs]
@@ -67,8 +66,8 @@ def test_overlap_tokens_equal_non_overlap_and_reference():
     assert_no_page_leak(eng)
 
 
-def test_overlap_abort_mid_decode():
-    eng = Engine(EngineConfig(patches=OVERLAP))
+def test_overlap_abort_mid_decode(make_engine):
+    eng = make_engine(patches=OVERLAP)
     ps = chat_prompts(eng, 2, seed=40)
     events: list[TokenEvent] = []
     victim = eng.submit(Sequence("victim", ps[0], SamplingParams(max_tokens=40), events.append))
@@ -83,14 +82,14 @@ def test_overlap_abort_mid_decode():
     assert len(victim.output) < 40 and events[-1].finish_reason is FinishReason.ABORT
     assert [e.token for e in events[:-1]] == victim.output
     assert eng.stats.finished["abort"] == 1
-    alone = Engine(EngineConfig()).generate(ps[1], SamplingParams(max_tokens=12))
+    alone = make_engine().generate(ps[1], SamplingParams(max_tokens=12))
     assert other.output == alone
     assert_no_page_leak(eng)
 
 
-def trajectory(patches: str, steps: int) -> tuple[Engine, Sequence, list[tuple]]:
+def trajectory(make, patches: str, steps: int) -> tuple[Engine, Sequence, list[tuple]]:
     """(free pages, tokens delivered, status) after each of ``steps`` steps of one request."""
-    eng = Engine(EngineConfig(patches=patches, prefix_cache=False))
+    eng = make(patches=patches, prefix_cache=False)
     prompt = chat_prompts(eng, 1)[0][:200]  # one prefill chunk
     seq = eng.submit(Sequence("late", prompt, SamplingParams(max_tokens=3)))
     rows = []
@@ -100,9 +99,9 @@ def trajectory(patches: str, steps: int) -> tuple[Engine, Sequence, list[tuple]]
     return eng, seq, rows
 
 
-def test_overlap_releases_finished_pages_one_step_late():
-    base, _, plain = trajectory("", 4)
-    eng, seq, late = trajectory(OVERLAP, 6)
+def test_overlap_releases_finished_pages_one_step_late(make_engine):
+    base, _, plain = trajectory(make_engine, "", 4)
+    eng, seq, late = trajectory(make_engine, OVERLAP, 6)
     full, held = eng.allocator.num_pages, plain[0][0]
     assert held < full
     # Without overlap: steps 1-3 each sample a token; step 3 finishes and frees at once.
@@ -118,8 +117,8 @@ def test_overlap_releases_finished_pages_one_step_late():
     assert seq.output == base.generate(seq.prompt, SamplingParams(max_tokens=3))
 
 
-def test_overlap_prefill_only_scheduler_never_decodes():
-    eng = Engine(EngineConfig(patches=OVERLAP, prefix_cache=False))
+def test_overlap_prefill_only_scheduler_never_decodes(make_engine):
+    eng = make_engine(patches=OVERLAP, prefix_cache=False)
     eng.scheduler.prefill_only = True  # what PrefillEngine sets: the decode runs elsewhere
     seq = eng.submit(Sequence("p", chat_prompts(eng, 1)[0], SamplingParams(max_tokens=1)))
     eng.run_until_idle()

@@ -1,0 +1,26 @@
+"""Shared fixtures: the shipped model is loaded from disk once per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.core.engine import Engine
+from engine.model.model import TinyDeepSeek, load_model
+
+
+@pytest.fixture(scope="session")
+def shipped_model() -> TinyDeepSeek:
+    """The shipped weights (read-only: tests must not modify them)."""
+    return load_model(Path(EngineConfig().model_dir) / "model.safetensors").eval()
+
+
+@pytest.fixture(scope="session")
+def make_engine(shipped_model) -> Callable[..., Engine]:
+    """``make_engine(**config)``: a fresh engine (pools, cache, scheduler) on the shared model."""
+    def make(**cfg) -> Engine:
+        return Engine(EngineConfig(**cfg), model=shipped_model)
+    return make
