@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from workbench.posterior import Posterior, choose_batch, entropy_bits
 from workbench.trials import CachedTrial, TrialFn, TrialStore
 
 log = logging.getLogger(__name__)
@@ -63,130 +64,6 @@ class BisectResult:
         return per_probe, per_probe * math.ceil(math.log2(max(2, len(self.posterior))))
 
 
-class _LogBeta:
-    """``log B(a + f, b + s) - log B(a, b)`` for integer arrays via growing lgamma tables."""
-
-    def __init__(self, a: float, b: float):
-        if a <= 0 or b <= 0:
-            raise ValueError(f"Beta parameters must be positive, got ({a}, {b})")
-        self.a, self.b, self.size = a, b, 0
-        self._grow(256)
-
-    def _grow(self, size: int) -> None:
-        ga, gb, gab = (np.array([math.lgamma(x + i) for i in range(size)])
-                       for x in (self.a, self.b, self.a + self.b))
-        self._ga, self._gb, self._gab, self.size = ga, gb, gab, size
-        self._base = ga[0] + gb[0] - gab[0]
-
-    def __call__(self, f: np.ndarray, s: np.ndarray) -> np.ndarray:
-        need = int((f + s).max()) + 1
-        if need > self.size:
-            self._grow(max(need, 2 * self.size))
-        return self._ga[f] + self._gb[s] - self._gab[f + s] - self._base
-
-
-def _binary_entropy(p: np.ndarray) -> np.ndarray:
-    q = 1.0 - p
-    return -(p * np.log2(np.maximum(p, 1e-300)) + q * np.log2(np.maximum(q, 1e-300)))
-
-
-def entropy_bits(post: np.ndarray) -> float:
-    """Shannon entropy (bits) of a probability vector; zero entries contribute nothing."""
-    nz = post[post > 0]
-    return float(-(nz * np.log2(nz)).sum())
-
-
-class _Posterior:
-    """Counts per candidate and the posterior over the culprit index they imply."""
-
-    def __init__(self, n: int, bad: tuple[float, float], good: tuple[float, float] | None,
-                 allow_none: bool):
-        self.n, self.hyp = n, n + int(allow_none)
-        self.bad, self.good = bad, good
-        self._bad_lb = _LogBeta(*bad)
-        self._good_lb = _LogBeta(*good) if good is not None else None
-        self.fails = np.zeros(n, dtype=np.int64)
-        self.totals = np.zeros(n, dtype=np.int64)
-        self._cache: tuple[np.ndarray, ...] | None = None
-
-    def observe(self, j: int, failed: bool) -> None:
-        self.fails[j] += int(failed)
-        self.totals[j] += 1
-        self._cache = None
-
-    def _pools(self) -> tuple[np.ndarray, ...]:
-        """(fails, passes) pooled left of k and at/right of k, for every hypothesis k."""
-        if self._cache is None:
-            fl = np.zeros(self.n + 1, dtype=np.int64)
-            nl = np.zeros(self.n + 1, dtype=np.int64)
-            np.cumsum(self.fails, out=fl[1:])
-            np.cumsum(self.totals, out=nl[1:])
-            fr, nr = fl[-1] - fl, nl[-1] - nl
-            h = self.hyp
-            self._cache = (fl[:h], (nl - fl)[:h], fr[:h], (nr - fr)[:h])
-        return self._cache
-
-    def probabilities(self) -> np.ndarray:
-        """Posterior over k (length ``hyp``); sums to 1."""
-        fl, sl, fr, sr = self._pools()
-        good = np.where(fl == 0, 0.0, -np.inf) if self._good_lb is None else self._good_lb(fl, sl)
-        ll = good + self._bad_lb(fr, sr)
-        w = np.exp(ll - ll.max())
-        return w / w.sum()
-
-    def predictive(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """Per hypothesis k: P(next trial fails) on a bad candidate, and on a good one
-        (``None`` when good candidates never fail)."""
-        fl, sl, fr, sr = self._pools()
-        a, b = self.bad
-        pb = (a + fr) / (a + b + fr + sr)
-        if self.good is None:
-            return pb, None
-        ga, gb = self.good
-        return pb, (ga + fl) / (ga + gb + fl + sl)
-
-    def information(self, post: np.ndarray) -> np.ndarray:
-        """Expected entropy drop (bits) over k from one more trial at each candidate j.
-
-        Probing j: hypotheses ``k <= j`` make c_j bad.  I(j) = H(Y_j) - E_k H(Y_j | k), which
-        equals H(post) - E[H(post after the trial)]; computed in O(n) with prefix sums.
-        """
-        pb, pg = self.predictive()
-        hg = None if pg is None else post * _binary_entropy(pg)
-        p_fail = _split_sum(post * pb, None if pg is None else post * pg, self.n)
-        cond = _split_sum(post * _binary_entropy(pb), hg, self.n)
-        return np.maximum(_binary_entropy(p_fail) - cond, 0.0)
-
-    def rates(self, post: np.ndarray) -> tuple[float, float]:
-        """Posterior-mean failure rates (bad side, good side)."""
-        pb, pg = self.predictive()
-        return float(post @ pb), 0.0 if pg is None else float(post @ pg)
-
-
-def _split_sum(bad: np.ndarray, good: np.ndarray | None, n: int) -> np.ndarray:
-    """For each probe j < n: sum(bad[k] for k <= j) + sum(good[k] for k > j)."""
-    cb = np.cumsum(bad)[:n]
-    if good is None:
-        return cb
-    cg = np.cumsum(good)
-    return cb + (cg[-1] - cg[:n])
-
-
-def _choose(info: np.ndarray, rng: np.random.Generator) -> int:
-    """Index of the most informative probe; exact-ish ties broken by ``rng``."""
-    best = info.max()
-    ties = np.flatnonzero(info >= best * (1 - 1e-9)) if best > 0 else np.arange(info.size)
-    return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
-
-
-def _choose_batch(info: np.ndarray, rng: np.random.Generator, size: int) -> list[int]:
-    """``size`` probes: the most informative (as ``_choose``), then the next most informative
-    distinct ones; the best probe repeats when there are fewer candidates than ``size``."""
-    first = _choose(info, rng)
-    rest = [int(j) for j in np.argsort(-info, kind="stable") if j != first][:size - 1]
-    return [first, *rest, *[first] * (size - 1 - len(rest))]
-
-
 _HISTORY_SCHEMA = {"step": pl.Int64, "candidate": pl.Utf8, "failed": pl.Boolean,
                    "max_posterior": pl.Float64, "entropy": pl.Float64}
 
@@ -222,7 +99,7 @@ def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, se
     return CachedTrial(store, experiment or method, trial, namespace=f"seed={seed}")
 
 
-def _result(candidates: Sequence[str], model: _Posterior, post: np.ndarray, pick: int,
+def _result(candidates: Sequence[str], model: Posterior, post: np.ndarray, pick: int,
             spent: int, history: _History, converged: bool, method: str) -> BisectResult:
     n = len(candidates)
     result = BisectResult(
@@ -271,13 +148,13 @@ def bisect(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     runner = _runner(trial, store, experiment, seed, "bayes")
-    model = _Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
+    model = Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
     rng = np.random.default_rng(seed)
     history = _History()
     post = model.probabilities()
     while post.max() < confidence and runner.spent < max_trials:
         size = min(workers, max_trials - runner.spent)
-        probes = _choose_batch(model.information(post), rng, size)
+        probes = choose_batch(model.information(post), rng, size)
         for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
                              strict=True):
             model.observe(j, failed)
@@ -326,7 +203,7 @@ def fixed_repeat_bisect(
         raise ValueError(f"workers must be >= 1, got {workers}")
     repeats = repeats or default_repeats(assumed_fail_rate, alpha)
     runner = _runner(trial, store, experiment, seed, "fixed-repeat")
-    model = _Posterior(len(candidates), prior_fail_rate, None, False)
+    model = Posterior(len(candidates), prior_fail_rate, None, False)
     history = _History()
     lo, hi = 0, len(candidates) - 1
     while lo < hi and runner.spent < max_trials:
@@ -342,7 +219,7 @@ def fixed_repeat_bisect(
 
 
 def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
-           model: _Posterior, history: _History, max_trials: int, workers: int = 1) -> bool | None:
+           model: Posterior, history: _History, max_trials: int, workers: int = 1) -> bool | None:
     """Up to ``repeats`` trials of c_j, ``workers`` at a time: True on a failure, False if all
     clean, None if the trial budget ran out first."""
     done = 0
