@@ -59,19 +59,19 @@ def build(args, cfg: EngineConfig):
         from engine.disagg.server import PrefillServer
 
         engine = PrefillEngine(cfg, name)
-        return engine, PrefillServer(engine, args.debug_token).app
+        return engine, PrefillServer(engine, args.debug_token, args.port).app
     if args.role == "decode":
         from engine.disagg.decode import DecodeEngine
         from engine.disagg.server import DecodeServer
 
         engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
                               waiting_timeout_s=args.waiting_timeout_s)
-        return engine, DecodeServer(engine, args.debug_token).app
+        return engine, DecodeServer(engine, args.debug_token, args.port).app
     from engine.core.engine import Engine
     from engine.serving.server import create_app
 
     engine = Engine(cfg)
-    return engine, create_app(engine, args.debug_token)
+    return engine, create_app(engine, args.debug_token, args.port)
 
 
 def main(argv: list[str] | None = None) -> None:

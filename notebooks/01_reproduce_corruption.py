@@ -37,6 +37,7 @@ seed = 0
 max_bursts = 6
 stop_on = "leaked"
 stop_after_flags = 1
+router = "embedded"  # or "sglang": SGLang's Rust PD router in front of the same servers
 findings_ledger = "runs/findings.jsonl"
 
 # %%
@@ -50,7 +51,7 @@ pl.Config.set_fmt_str_lengths(90)
 buggy = reproduce(buggy_patches, variant="buggy", sessions=sessions, turns=turns,
                   max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
                   stop_after_flags=stop_after_flags, stop_on=stop_on,
-                  capture_dir="runs/01-captures")
+                  capture_dir="runs/01-captures", router=router)
 buggy.bursts
 
 # %% [markdown]
@@ -58,7 +59,7 @@ buggy.bursts
 
 # %%
 fixed = reproduce([], variant="fixed", sessions=sessions, turns=turns, max_tokens=max_tokens,
-                  seeds=buggy.seeds)
+                  seeds=buggy.seeds, router=router)
 rates = investigate.rates_table([buggy, fixed])
 rates
 
@@ -87,7 +88,7 @@ investigate.flagged_requests(buggy)
 b = rates.row(0, named=True)
 leaks = buggy.requests.filter(pl.col("v_leaked"))
 replay = {"patches": buggy_patches, "seeds": buggy.seeds, "sessions": sessions, "turns": turns,
-          "max_tokens": max_tokens}
+          "max_tokens": max_tokens, "router": router}
 print(record_finding(
     "the buggy variants leak DSML into content; the race really fired",
     {"DSML leaked": b["leaked"] > 0, "every leak is flagged": b["flagged"] >= b["leaked"],

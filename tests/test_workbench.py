@@ -62,8 +62,7 @@ def test_diff_localizes_a_corrupted_layer_and_position(pair):
 def test_failed_launch_is_typed_and_names_the_process(tmp_path):
     broken = TemplateBackend("broken", prefill=EMBEDDED.prefill,
                              decode=sys.executable + " -c 'import sys; print(\"boom\"); "
-                                                     "sys.exit(3)' {port}",
-                             router=EMBEDDED.router)
+                                                     "sys.exit(3)' {port}")
     with pytest.raises(LaunchError, match="decode0 exited with 3(.|\n)*boom"):
         launch_pd_pair(backend=broken, log_dir=tmp_path)
 

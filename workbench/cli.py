@@ -1,6 +1,7 @@
 """``wb``: the workbench probes for scripted runs; results are written as Parquet.
 
   wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
+           [--router embedded|sglang]
   wb load  (--state runs/pair.json | --url URL) [--workload race_burst] [--sessions 16 ...]
            --out runs/load.parquet
   wb workloads
@@ -39,7 +40,7 @@ def cmd_up(args) -> None:
     from workbench.launch import launch_pd_pair
 
     pair = launch_pd_pair(patches=_names(args.patches), engine=parse_overrides(args.engine),
-                          faults=json.loads(args.faults), seed=args.seed)
+                          faults=json.loads(args.faults), seed=args.seed, router=args.router)
     state = {"router": pair.url, "prefill": [s.url for s in pair.prefill],
              "decode": [s.url for s in pair.decode], "patches": list(pair.spec.patches),
              "engine": pair.spec.engine, "faults": pair.spec.faults, "log_dir": str(pair.log_dir)}
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--engine", nargs="*", default=[], metavar="KEY=VALUE")
     up.add_argument("--faults", default="{}")
     up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--router", default="embedded", help="embedded (ours) or sglang")
     up.add_argument("--hold-s", type=float, default=0.0, help="stop after this long (0: never)")
     load = sub.add_parser("load")
     load.add_argument("--state")

@@ -139,13 +139,14 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
               stop_after_flags: int | None = 1, stop_on: StopOn | str = StopOn.FLAGGED,
               cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
-              log_dir: str | Path | None = None) -> Reproduction:
+              log_dir: str | Path | None = None, router: str = "embedded") -> Reproduction:
     """Runs seeded bursts on a fresh PD pair; stops once ``stop_after_flags`` requests are
     ``stop_on`` (a ``StopOn`` or its value: ``"flagged"``, ``"leaked"`` or ``"mismatched"``).
 
     ``seeds`` (when given) fixes the bursts exactly and disables early stopping; the first burst
     seed also seeds the router (room numbers), so a replay by ``seeds`` numbers rooms alike.
-    ``cap_s`` bounds the run in seconds from the launch start: no burst starts after it, and a
+    ``router`` names the PD router in front (``workbench.routers.ROUTERS``; SGLang's draws its
+    own unseeded rooms). ``cap_s`` bounds the run in seconds from the launch start: no burst starts after it, and a
     running burst starts no turn past it.  ``max_bursts=None`` (only with ``cap_s``) lets the
     cap alone end the run.
     """
@@ -166,7 +167,7 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
     rows, frames, captures, first = [], [], [], None
     router_seed = seeds[0] if seeds else seed
     with launch_pd_pair(patches=patches, engine=engine, faults=faults, seed=router_seed,
-                        log_dir=log_dir) as pair:
+                        log_dir=log_dir, router=router) as pair:
         launch_s = time.monotonic() - t0
         for s in plan:
             left = LoadConfig.duration_s if cap_s is None else cap_s - (time.monotonic() - t0)

@@ -1,9 +1,10 @@
-"""Launch PD pairs (prefill + decode + router) as subprocesses, embedded or from command templates.
+"""Launch PD pairs (prefill + decode + router) as subprocesses, or attach to a running one.
 
 ``launch_pd_pair(...)`` returns a ``PDPair``: a context manager that owns every process, waits
-for health, and tears everything down on exit (and at interpreter exit). The same code launches
-external engines: a ``TemplateBackend`` holds command lines with ``{port}``, ``{host}``,
-``{prefill_urls}``, ``{decode_urls}``, ``{seed}`` and ``{engine_args}`` placeholders.
+for health, and tears everything down on exit (and at interpreter exit). Servers come from a
+``TemplateBackend`` (command lines with ``{port}``, ``{host}`` and ``{engine_args}``); the router
+from ``workbench.routers.ROUTERS`` (``"embedded"``: ours; ``"sglang"``: SGLang's Rust router).
+``attach(url, ...)`` wraps a deployment that is already running.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 
 from engine.config import EngineConfig
 from workbench.process import ServerProcess
+from workbench.routers import ROUTERS, RouterArgs
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +31,13 @@ PY = shlex.quote(sys.executable)
 
 @dataclass(frozen=True)
 class TemplateBackend:
-    """Command templates for a PD deployment; ``{engine_args}`` expands engine options."""
+    """Command templates for the prefill and decode servers; ``{engine_args}`` expands engine
+    options, ``{host}`` and ``{port}`` the server's address. The router is chosen by name
+    (``workbench.routers.ROUTERS``)."""
 
     name: str
     prefill: str
     decode: str
-    router: str
     health: str = "/health"
 
 
@@ -42,26 +45,6 @@ EMBEDDED = TemplateBackend(
     name="embedded",
     prefill=PY + " -m engine serve --role prefill --host {host} --port {port} {engine_args}",
     decode=PY + " -m engine serve --role decode --host {host} --port {port} {engine_args}",
-    router=PY + " -m engine.router --host {host} --port {port} --prefill {prefill_urls} "
-                "--decode {decode_urls} --seed {seed}",
-)
-# Documented external templates (not runnable here: no GPU, no model download).
-SGLANG = TemplateBackend(
-    name="sglang",
-    prefill="python -m sglang.launch_server --model-path {model} --disaggregation-mode prefill "
-            "--disaggregation-transfer-backend nixl --host {host} --port {port}",
-    decode="python -m sglang.launch_server --model-path {model} --disaggregation-mode decode "
-           "--disaggregation-transfer-backend nixl --host {host} --port {port}",
-    router="python -m sglang_router.launch_router --pd-disaggregation --prefill {prefill_urls} "
-           "--decode {decode_urls} --host {host} --port {port}",
-)
-VLLM = TemplateBackend(
-    name="vllm",
-    prefill="vllm serve {model} --port {port} --kv-transfer-config "
-            "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}}'",
-    decode="vllm serve {model} --port {port} --kv-transfer-config "
-           "'{{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}}'",
-    router="python -m vllm_router --prefill {prefill_urls} --decode {decode_urls} --port {port}",
 )
 
 
@@ -78,9 +61,11 @@ class LaunchSpec:
     debug_token: str = "pdwb-debug"
     decode_args: tuple[str, ...] = ()
     template_vars: dict = field(default_factory=dict)
+    router: str = "embedded"
 
     def __post_init__(self) -> None:
         self.engine_config()  # raises ConfigError / UnknownVariantError early
+        ROUTERS.get(self.router)
         if self.num_prefill < 1 or self.num_decode < 1:
             raise ValueError("need at least one prefill and one decode server")
 
@@ -148,15 +133,18 @@ def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str) -> S
 
 def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | None = None,
                    num_prefill: int = 1, num_decode: int = 1, seed: int = 0,
-                   backend: TemplateBackend = EMBEDDED, log_dir: str | Path | None = None,
-                   decode_args: tuple[str, ...] = (), timeout_s: float = 180.0) -> PDPair:
-    """Starts prefill(s), decode(s) and a router; returns once all are healthy.
+                   backend: TemplateBackend = EMBEDDED, router: str = "embedded",
+                   log_dir: str | Path | None = None, decode_args: tuple[str, ...] = (),
+                   timeout_s: float = 180.0) -> PDPair:
+    """Starts prefill(s), decode(s) and the ``router`` named (``ROUTERS``); returns once all
+    are healthy and the router is ready.
 
     Raises ``workbench.process.LaunchError`` naming the process (with its log tail) on failure;
     whatever did start is stopped first.
     """
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}), num_prefill,
-                      num_decode, seed, decode_args=tuple(decode_args))
+                      num_decode, seed, decode_args=tuple(decode_args), router=router)
+    kind = ROUTERS.get(router)
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-"))
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
@@ -169,17 +157,18 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
                   for i in range(num_decode)]
         started += decode
         _wait_all(started, timeout_s)
-        urls = {"prefill_urls": " ".join(s.url for s in prefill),
-                "decode_urls": " ".join(s.url for s in decode)}
-        router = _proc("router", backend.router, log_dir, {**fill, **urls}, backend.health)
-        started.append(router)
-        _wait_all([router], timeout_s)
+        front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False)
+        front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
+                                          tuple(s.port for s in prefill),
+                                          tuple(s.url for s in decode), seed))
+        started.append(front.start())
+        _wait_all([front], timeout_s)
     except BaseException:
         for srv in started:
             srv.stop()
         raise
-    log.info("PD pair up: router %s, logs in %s", router.url, log_dir)
-    return PDPair(spec, prefill, decode, router, log_dir)
+    log.info("PD pair up: %s router %s, logs in %s", router, front.url, log_dir)
+    return PDPair(spec, prefill, decode, front, log_dir)
 
 
 def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),

@@ -15,11 +15,21 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from engine.serving.responses import room_of_completion_id
+from engine.text.tokenizer import Tokenizer
 from engine.training.datagen import Transcript, make_transcript
 from engine.training.train import EVAL_SEED_BASE
 from workbench.oracle import ReferenceOracle, Verdict, judge
 
 SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000
+_TOKENIZER = Tokenizer()
+
+
+def ids_of_token_texts(texts: list[str]) -> list[int] | None:
+    """Token ids from the raw token texts of ``logprobs.content`` (our tokenizer maps each text to
+    one id); None when a text is not one of its tokens."""
+    ids = [_TOKENIZER.stoi.get(t) for t in texts]
+    return None if any(i is None for i in ids) else ids
 
 
 @dataclass
@@ -37,6 +47,7 @@ class RequestRecord:
     content: str = ""
     tool_calls: list[dict] = field(default_factory=list)
     token_ids: list[int] | None = None
+    token_texts: list[str] = field(default_factory=list)  # from logprobs, when ids are not sent
     prompt_ids: list[int] | None = None
     dsml_leaked: bool | None = None
     error: str = ""
@@ -44,7 +55,7 @@ class RequestRecord:
 
     def row(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("verdict", "tool_calls", "token_ids", "prompt_ids")}
+               if k not in ("verdict", "tool_calls", "token_ids", "token_texts", "prompt_ids")}
         out["tool_calls"] = json.dumps(self.tool_calls)
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
@@ -92,6 +103,8 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
             rec.ttft_s = rec.ttft_s if rec.ttft_s is not None else now - t0
             last = now
         rec.tool_calls = [calls[i] for i in sorted(calls)]
+        if rec.token_ids is None and rec.token_texts:
+            rec.token_ids = ids_of_token_texts(rec.token_texts)
     rec.e2e_s = time.monotonic() - t0
     rec.itl_s = sum(gaps) / len(gaps) if gaps else None
 
@@ -99,7 +112,10 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
 def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> bool:
     """Folds one SSE chunk into ``rec``; True when it carried generated text or a call."""
     carried = False
+    if rec.room is None and isinstance(chunk.get("id"), str):
+        rec.room = room_of_completion_id(chunk["id"])
     for choice in chunk.get("choices", []):
+        rec.token_texts += [e["token"] for e in (choice.get("logprobs") or {}).get("content", [])]
         delta = choice.get("delta", {})
         carried |= bool(delta.get("content") or delta.get("tool_calls"))
         rec.content += delta.get("content") or ""
@@ -147,7 +163,7 @@ class SessionRunner:
     async def request(self, client, messages, turn, kind, expected) -> RequestRecord:
         rec = RequestRecord(self.session, turn, kind)
         body = {"messages": messages, "tools": self.tools, "max_tokens": self.cfg.max_tokens,
-                "stream": True, "return_token_ids": True, "seed": self.session}
+                "stream": True, "return_token_ids": True, "logprobs": True, "seed": self.session}
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
         if self.oracle is not None:

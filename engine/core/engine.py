@@ -27,7 +27,7 @@ from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon,
 from engine.core.model_runner import ModelRunner, StepOutput
 from engine.core.overlap import ForwardWorker, OverlapState, Resolved
 from engine.core.scheduler import Scheduler
-from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent
+from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent, TokenLogprob
 from engine.faults import FaultInjector
 from engine.model.model import TinyDeepSeek, load_model
 from engine.text.tokenizer import Tokenizer
@@ -161,7 +161,7 @@ class Engine:
         for it in batch.items:
             it.seq.num_computed = it.start + it.num_tokens
         for s in out.sampled:
-            self._accept(s.seq, s.token)
+            self._accept(s.seq, s.token, s.logprob)
         self.stats.steps += 1
         return out
 
@@ -176,7 +176,7 @@ class Engine:
             ov.stats.launched += 1
             self.stats.steps += 1
         for s in last.out.sampled if last else ():
-            self._accept(s.seq, s.token)
+            self._accept(s.seq, s.token, s.logprob)
         pending, ov.to_abort = ov.to_abort, []
         for seq in pending:
             if seq.status is Status.RUNNING:
@@ -199,14 +199,16 @@ class Engine:
         ov.stats.discarded_tokens += len(out.sampled) - len(live)
         return Resolved(job.batch, StepOutput(live, out.num_tokens))
 
-    def _accept(self, seq: Sequence, token: int) -> None:
+    def _accept(self, seq: Sequence, token: int, logprob: TokenLogprob | None = None) -> None:
         if seq.status is not Status.RUNNING:
             return
         seq.output.append(token)
+        if logprob is not None:
+            seq.logprobs.append(logprob)
         self.stats.generated_tokens += 1
         if len(seq.output) == 1:
             self.stats.cached_tokens += seq.num_cached
-        seq.sink(TokenEvent(seq.rid, token, None, seq.num_cached))
+        seq.sink(TokenEvent(seq.rid, token, None, seq.num_cached, logprob))
         eos = token == self.tokenizer.eos_id and not seq.params.ignore_eos
         stop = eos or token in seq.params.stop_token_ids
         if stop or len(seq.output) >= seq.params.max_tokens:

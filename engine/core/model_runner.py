@@ -15,7 +15,7 @@ import torch
 from engine.cache.kv_pool import KVPool
 from engine.config import EngineConfig
 from engine.core.scheduler import Batch
-from engine.core.sequence import Sequence, sample
+from engine.core.sequence import Sequence, TokenLogprob, sample, token_logprob
 from engine.kernels import KernelSet, get_kernels
 from engine.model import layers
 from engine.model.model import TinyDeepSeek
@@ -25,6 +25,7 @@ from engine.model.model import TinyDeepSeek
 class SampledToken:
     seq: Sequence
     token: int
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,12 @@ class ModelRunner:
     def run(self, batch: Batch, inputs: BatchInputs | None = None) -> StepOutput:
         logits = self.forward(batch, inputs)
         sampled_items = [it for it in batch.items if it.sample]
-        out = tuple(SampledToken(it.seq, sample(logits[i], it.seq))
-                    for i, it in enumerate(sampled_items))
+        out = tuple(_sampled(logits[i], it.seq) for i, it in enumerate(sampled_items))
         return StepOutput(out, batch.num_tokens)
+
+
+def _sampled(logits: torch.Tensor, seq: Sequence) -> SampledToken:
+    """logits [V] -> the sampled token, with its log-probabilities when the request asks."""
+    token = sample(logits, seq)
+    n = seq.params.logprobs
+    return SampledToken(seq, token, None if n is None else token_logprob(logits, token, n))

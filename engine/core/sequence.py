@@ -32,12 +32,25 @@ class SamplingParams:
     seed: int = 0
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
+    logprobs: int | None = None  # None: none; n >= 0: the sampled token's and the top n's
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
             raise ValueError("max_tokens must be positive")
         if not 0.0 <= self.temperature <= 2.0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("temperature must be in [0, 2] and top_p in (0, 1]")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError("logprobs must be None or in 0..20")
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """Log-probability of a sampled token under the model's (untempered) distribution, and the
+    ``top`` most likely tokens as ``(token, logprob)``, most likely first (ties: lower id)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,7 @@ class TokenEvent:
     token: int | None
     finish_reason: FinishReason | None = None
     num_cached_tokens: int = 0
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(eq=False)
@@ -65,6 +79,7 @@ class Sequence:
     arrival: float = field(default_factory=time.monotonic)
     generator: torch.Generator | None = None
     load_jobs: tuple = ()  # HiCache LoadJobs filling some of ``pages``
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # when params.logprobs is set
 
     @property
     def tokens(self) -> list[int]:
@@ -99,3 +114,13 @@ def sample(logits: torch.Tensor, seq: Sequence) -> int:
         keep = sorted_p.cumsum(-1) - sorted_p < p.top_p
         probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
     return int(torch.multinomial(probs, 1, generator=seq.rng(logits.device)).item())
+
+
+def token_logprob(logits: torch.Tensor, token: int, top: int) -> TokenLogprob:
+    """logits [V] -> the sampled ``token``'s log-probability and the ``top`` best tokens."""
+    lp = torch.log_softmax(logits.float(), dim=-1)  # [V]
+    best: tuple[tuple[int, float], ...] = ()
+    if top:
+        vals, order = lp.sort(descending=True, stable=True)
+        best = tuple((int(i), float(v)) for i, v in zip(order[:top], vals[:top], strict=True))
+    return TokenLogprob(token, float(lp[token]), best)

@@ -10,6 +10,7 @@ timeout), because the prefill may still be writing into them.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import torch
 
 from engine.core.engine import Engine
 from engine.core.scheduler import pages_for
-from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent
+from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent, TokenLogprob
 from engine.disagg.bootstrap import BootstrapClient
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
@@ -140,7 +141,10 @@ class DecodeEngine(Engine):
         seq.num_computed, seq.num_cached = len(seq.prompt), aux.cached_tokens
         seq.status = Status.RUNNING
         self.scheduler.running.append(seq)
-        self._accept(seq, aux.first_token)
+        lp = None
+        if seq.params.logprobs is not None and not math.isnan(aux.first_logprob):
+            lp = TokenLogprob(aux.first_token, aux.first_logprob)  # top-n stays on the prefill
+        self._accept(seq, aux.first_token, lp)
 
     def _cleanup(self, room: DecodeRoom) -> None:
         """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""

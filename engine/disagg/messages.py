@@ -4,9 +4,11 @@ the notification tags and aux layout of the data plane (NIXL)."""
 from __future__ import annotations
 
 import enum
+import math
+import struct
 from dataclasses import asdict, dataclass
 
-AUX_WORDS = 4  # room, first token, cached prompt tokens, prompt tokens
+AUX_WORDS = 5  # room, first token, cached prompt tokens, prompt tokens, first token's logprob
 KV_BUFFERS = ("k", "v", "index_k", "index_k_scale")
 
 
@@ -36,13 +38,16 @@ class Aux:
     first_token: int
     cached_tokens: int
     prompt_tokens: int
+    first_logprob: float = math.nan  # NaN when the request did not ask for logprobs
 
     def words(self) -> list[int]:
-        return [self.room, self.first_token, self.cached_tokens, self.prompt_tokens]
+        bits = struct.unpack("<q", struct.pack("<d", self.first_logprob))[0]
+        return [self.room, self.first_token, self.cached_tokens, self.prompt_tokens, bits]
 
     @classmethod
     def from_words(cls, words: list[int]) -> Aux:
-        return cls(*[int(w) for w in words[:AUX_WORDS]])
+        w = [int(x) for x in words[:AUX_WORDS]]
+        return cls(*w[:4], struct.unpack("<d", struct.pack("<q", w[4]))[0])
 
 
 class TagKind(enum.Enum):

@@ -9,6 +9,7 @@ prefill until every posted WRITE completed, even when the room failed.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -191,7 +192,9 @@ class PrefillEngine(Engine):
             room.posted += 1
         failed = self.states.get(room.room) is RoomState.FAILED
         if not failed:
-            aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt))
+            lp = room.seq.logprobs[0].logprob if room.seq.logprobs else math.nan
+            aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt),
+                      lp)
             self.aux[worker] = torch.tensor(aux.words())
             aux_write = PageWrite("aux", [worker], [room.prealloc.aux_slot])
             aux_tag = Tag(room.room, TagKind.AUX).encode()

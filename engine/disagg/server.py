@@ -1,35 +1,41 @@
-"""HTTP servers for the PD roles: the prefill bootstrap routes and the decode chat route.
+"""HTTP servers for the PD roles: the prefill bootstrap routes and the decode generation routes.
 
-Prefill: ``POST /v1/chat/completions`` (with ``bootstrap_room``) answers once the room's KV
-reached the decode (or failed); ``/disagg/endpoint|connect|prealloc|abort`` are the bootstrap
-side channel. Decode: ``POST /v1/chat/completions`` (with bootstrap fields) streams like the
-single-node server, but its first token and KV come from the prefill over NIXL.
+Prefill: ``POST /v1/chat/completions`` and ``POST /generate`` (with ``bootstrap_room``) answer
+once the room's KV reached the decode (or failed); ``/disagg/endpoint|connect|prealloc|abort``
+are the bootstrap side channel, served on the prefill's own port (its ``/server_info`` gives it as
+``disaggregation_bootstrap_port``). Decode: the same two routes (with bootstrap host, port and
+room, else 400 at once) stream like the single-node server, but the first token and KV come
+from the prefill over NIXL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import ipaddress
 
 from fastapi import Request
 
-from engine.core.sequence import SamplingParams
+from engine.core.engine import PromptTooLongError
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
+from engine.serving import native
 from engine.serving.errors import BadRequestError
-from engine.serving.errors import error_response as error
-from engine.serving.generation import Generation
-from engine.serving.protocol import ChatCompletionRequest, parse_chat_request
-from engine.serving.server import ChatServer
+from engine.serving.generation import Bootstrap, Generation
+from engine.serving.protocol import parse_chat_request
+from engine.serving.server import Admission, ChatServer, chat_admission, native_admission
 from engine.transfer.endpoint import EndpointBlob
 
 
 class PrefillServer(ChatServer):
     engine: PrefillEngine
+    mode = "prefill"
 
-    def __init__(self, engine: PrefillEngine, debug_token: str | None = None) -> None:
-        super().__init__(engine, debug_token)
+    def __init__(self, engine: PrefillEngine, debug_token: str | None = None,
+                 port: int = 0) -> None:
+        super().__init__(engine, debug_token, port)
         self.app.get("/disagg/endpoint")(self.endpoint)
         self.app.post("/disagg/connect")(self.connect)
         self.app.post("/disagg/prealloc")(self.prealloc)
@@ -53,32 +59,42 @@ class PrefillServer(ChatServer):
 
     async def chat(self, request: Request):
         try:
-            req = parse_chat_request(await request.body())
+            a = chat_admission(self, parse_chat_request(await request.body()))
         except BadRequestError as exc:
-            return exc.response()
-        if req.bootstrap_room is None:
-            return error(400, "prefill server needs bootstrap_room (send through the router)",
-                         "bootstrap_room")
+            return self._refuse(exc)
+        return await self._prefill(request, a)
+
+    async def generate(self, request: Request):
+        try:
+            a = native_admission(self, native.parse_generate_request(await request.body()))
+        except BadRequestError as exc:
+            return self._refuse(exc)
+        return await self._prefill(request, a)
+
+    async def _prefill(self, request: Request, a: Admission):
+        """Runs the room's prompt and answers once its KV reached the decode (or failed)."""
+        room = a.boot.room
+        if room is None:
+            return self._refuse(BadRequestError(
+                "prefill server needs bootstrap_room (send through the router)", "bootstrap_room"))
         loop = asyncio.get_running_loop()
         done: asyncio.Future[RoomState] = loop.create_future()
 
         def on_done(state: RoomState) -> None:
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(state))
 
-        plan = self.plan(req)
-        params = SamplingParams(max_tokens=1, temperature=req.temperature, top_p=req.top_p,
-                                seed=req.seed or 0)
-        gen = Generation(self.engine, plan, params, rid=f"room-{req.bootstrap_room}")
+        gen = self._new_generation(dataclasses.replace(
+            a, params=dataclasses.replace(a.params, max_tokens=1)))
         try:
-            self.engine.add_room(PrefillRoom(req.bootstrap_room, gen.seq, on_done))
-        except ValueError as exc:
-            return error(400, str(exc), "messages")
-        self.engine.rid_of_room[req.bootstrap_room] = gen.rid
-        watcher = asyncio.create_task(self._watch(request, req.bootstrap_room, done))
+            self.engine.add_room(PrefillRoom(room, gen.seq, on_done))
+        except (PromptTooLongError, ValueError) as exc:
+            return self._refuse(exc)
+        self.engine.rid_of_room[room] = gen.rid
+        watcher = asyncio.create_task(self._watch(request, room, done))
         state = await done
         watcher.cancel()
-        return {"room": req.bootstrap_room, "state": state.name,
-                "prompt_tokens": len(plan.ids), "cached_tokens": gen.seq.num_cached}
+        return {"room": room, "state": state.name, "prompt_tokens": len(a.plan.ids),
+                "cached_tokens": gen.seq.num_cached}
 
     async def _watch(self, request: Request, room: int, done: asyncio.Future) -> None:
         while not done.done():
@@ -88,13 +104,30 @@ class PrefillServer(ChatServer):
             await asyncio.sleep(0.05)
 
 
+def prefill_url(boot: Bootstrap) -> str:
+    """The prefill's bootstrap URL; BadRequestError naming the first missing or invalid field."""
+    for name in ("room", "host", "port"):
+        if getattr(boot, name) is None:
+            raise BadRequestError(f"decode server needs bootstrap_{name} (send through a PD "
+                                  "router that knows the prefill's bootstrap port)",
+                                  f"bootstrap_{name}")
+    host = boot.host
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise BadRequestError(f"bootstrap_host {host!r} is not an IP address",
+                                  "bootstrap_host") from None
+    return f"http://[{host}]:{boot.port}" if ":" in host else f"http://{host}:{boot.port}"
+
+
 class DecodeServer(ChatServer):
     engine: DecodeEngine
+    mode = "decode"
 
-    def start_generation(self, gen: Generation, req: ChatCompletionRequest) -> Generation:
-        if req.bootstrap_room is None or req.bootstrap_host is None:
-            raise ValueError("decode server needs bootstrap_host/port/room (use the router)")
-        url = f"http://{req.bootstrap_host}:{req.bootstrap_port}"
-        self.engine.rid_of_room[req.bootstrap_room] = gen.rid
-        self.engine.add_room(DecodeRoom(req.bootstrap_room, gen.seq, url))
+    def admit(self, a: Admission) -> Generation:
+        url = prefill_url(a.boot)
+        gen = self._new_generation(a)
+        self.engine.add_room(DecodeRoom(a.boot.room, gen.seq, url))
+        self.engine.rid_of_room[a.boot.room] = gen.rid
         return gen

@@ -14,11 +14,28 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from engine.core.engine import Engine
-from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent
+from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent, TokenLogprob
 from engine.text import tokenizer as T
 from engine.text.chat import ToolSpec, render_prompt
 
 _ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Where a PD request's KV comes from: the prefill's bootstrap address and the room."""
+
+    host: str | None = None
+    port: int | None = None
+    room: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """How generated tokens become text (SGLang's ``skip_special_tokens``/``no_stop_trim``)."""
+
+    skip_special_tokens: bool = True  # control tokens (BOS, EOS, roles, PAD) are not rendered
+    no_stop_trim: bool = False  # keep the matched stop (EOS) in the text
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
 
 class Generation:
     def __init__(self, engine: Engine, plan: PromptPlan, params: SamplingParams,
-                 rid: str | None = None) -> None:
+                 rid: str | None = None, output: OutputOptions = OutputOptions()) -> None:
         self.engine = engine
         self.plan = plan
         self.rid = rid or f"{int(time.time())}-{next(_ids)}"
@@ -56,6 +73,8 @@ class Generation:
         self.created = time.time()
         self.first_token_at: float | None = None
         self.want_token_ids = False
+        self.output = output
+        self.logprobs: list[TokenLogprob] = []
         self.seq = Sequence(self.rid, plan.ids, params, sink=self._sink)
 
     def _sink(self, ev: TokenEvent) -> None:
@@ -74,6 +93,8 @@ class Generation:
                 if ev.token is not None:
                     self.first_token_at = self.first_token_at or time.time()
                     self.tokens.append(ev.token)
+                    if ev.logprob is not None:
+                        self.logprobs.append(ev.logprob)
                     yield ev
                 if ev.finish_reason is not None:
                     self.finish_reason = ev.finish_reason
@@ -84,7 +105,15 @@ class Generation:
 
     def text_of(self, token: int) -> str:
         tk = self.engine.tokenizer
-        return "" if token == tk.eos_id else tk.token_text(token)
+        if token == tk.eos_id and not self.output.no_stop_trim:
+            return ""
+        if token in tk.control_ids and self.output.skip_special_tokens:
+            return ""
+        return tk.token_text(token)
+
+    def text(self) -> str:
+        """The completion so far as text (the forced prefix included)."""
+        return self.plan.forced_prefix + "".join(self.text_of(t) for t in self.tokens)
 
     @property
     def prompt_tokens(self) -> int:

@@ -163,6 +163,16 @@ class ChatCompletionRequest(_Request):
     stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, min_length=1, max_length=4)
     return_token_ids: bool = False  # extension: raw completion token ids (for oracles)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    # SGLang's fields (its router sends them on every request)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    continue_final_message: bool = False
+    separate_reasoning: bool = True  # no reasoning parser here: nothing to separate
+    stream_reasoning: bool = True
+    return_hidden_states: bool = False
     # PD disaggregation: set by the router on the copies it sends to prefill and decode.
     bootstrap_host: str | None = None
     bootstrap_port: int | None = Field(default=None, ge=1, le=65535)
@@ -207,7 +217,17 @@ class ChatCompletionRequest(_Request):
             raise ValueError("tool_choice: 'required' needs at least one tool")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options: only allowed when stream is true")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs to be true")
         return self
+
+    def unsupported(self) -> list[str]:
+        """SGLang fields set to something this server does not honour."""
+        return [k for k in ("continue_final_message", "return_hidden_states") if getattr(self, k)]
+
+    def logprobs_n(self) -> int | None:
+        """``SamplingParams.logprobs``: None unless ``logprobs`` is true."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def message_dicts(self) -> list[dict]:
         """Messages as plain dicts for ``engine.chat.render_prompt``."""

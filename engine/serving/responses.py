@@ -9,11 +9,29 @@ serialized body while ``None`` (OpenAI omits them too); every other field is alw
 from __future__ import annotations
 
 import json
+import re
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, model_serializer
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
+ROOM_RID = re.compile(r"room-(\d+)")
+
+
+def room_rid(room: int) -> str:
+    """The request id of a PD request: its bootstrap room, so the id names the room."""
+    return f"room-{room}"
+
+
+def completion_id(rid: str) -> str:
+    return f"chatcmpl-{rid}"
+
+
+def room_of_completion_id(cid: str) -> int | None:
+    """The bootstrap room a completion id (``chatcmpl-room-R``) names; None for others. Survives
+    any router that passes the decode's body through (SGLang's does; it drops our header)."""
+    m = ROOM_RID.fullmatch(cid.removeprefix("chatcmpl-"))
+    return int(m.group(1)) if m else None
 
 
 class _Wire(BaseModel):
@@ -46,13 +64,31 @@ class ResponseMessage(_Wire):
     tool_calls: list[ToolCallOut] | None = None
 
 
+class TopLogprobOut(_Wire):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobOut(_Wire):
+    token: str
+    logprob: float  # -9999.0 where unknown (OpenAI's convention)
+    bytes: list[int]
+    top_logprobs: list[TopLogprobOut]
+
+
+class ChoiceLogprobs(_Wire):
+    content: list[TokenLogprobOut]
+
+
 class Choice(_Wire):
-    _omit_none = frozenset({"token_ids"})
+    _omit_none = frozenset({"token_ids", "logprobs"})
     index: int = 0
     message: ResponseMessage
     finish_reason: FinishReason
     dsml_leaked: bool = False
     token_ids: list[int] | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class PromptTokensDetails(_Wire):
@@ -98,12 +134,13 @@ class Delta(_Wire):
 
 
 class ChunkChoice(_Wire):
-    _omit_none = frozenset({"dsml_leaked", "token_ids"})
+    _omit_none = frozenset({"dsml_leaked", "token_ids", "logprobs"})
     index: int = 0
     delta: Delta
     finish_reason: FinishReason | None = None
     dsml_leaked: bool | None = None
     token_ids: list[int] | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(_Wire):

@@ -1,12 +1,15 @@
-"""OpenAI-compatible HTTP server over one ``Engine``.
+"""OpenAI-compatible HTTP server over one ``Engine``, which also speaks SGLang's worker API.
 
-Routes: POST /v1/chat/completions (stream or not), GET /v1/models, /health, /metrics.
-Bad input answers 4xx with an OpenAI-style error body and never reaches the engine.
+Routes: POST /v1/chat/completions (stream or not), POST /generate (SGLang native), GET
+/v1/models, /health, /health_generate, /metrics, /server_info, /model_info (and their /get_*
+aliases), /get_load. Bad input answers 4xx with an OpenAI-style error body and never reaches the
+engine; SGLang fields with no meaning here are named in ``X-Unsupported-Fields``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -16,10 +19,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
+from engine.serving import native
 from engine.serving.debug import add_debug_routes
 from engine.serving.errors import BadRequestError
 from engine.serving.errors import error_response as error
-from engine.serving.generation import Generation, PromptPlan, plan_prompt
+from engine.serving.generation import Bootstrap, Generation, OutputOptions, PromptPlan, plan_prompt
+from engine.serving.logprobs import choice_logprobs
 from engine.serving.metrics import Metrics, engine_gauges
 from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
 from engine.serving.responses import (
@@ -35,6 +40,8 @@ from engine.serving.responses import (
     ResponseMessage,
     ToolCallOut,
     Usage,
+    completion_id,
+    room_rid,
 )
 from engine.serving.responses import FinishReason as FinishReasonOut
 from engine.text.chat import ToolCall
@@ -51,10 +58,40 @@ log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"
 
 
-def sampling_params(req: ChatCompletionRequest, default_max: int) -> SamplingParams:
-    return SamplingParams(max_tokens=req.max_tokens or default_max,
-                          temperature=req.temperature or 0.0, top_p=req.top_p or 1.0,
-                          seed=req.seed or 0)
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """What a parsed request asks the engine for, whichever API it came through."""
+
+    plan: PromptPlan
+    params: SamplingParams
+    boot: Bootstrap
+    output: OutputOptions
+
+
+def chat_admission(server: ChatServer, req: ChatCompletionRequest) -> Admission:
+    params = SamplingParams(max_tokens=req.max_tokens or server.default_max_tokens,
+                            temperature=req.temperature or 0.0, top_p=req.top_p or 1.0,
+                            seed=req.seed or 0, ignore_eos=req.ignore_eos,
+                            logprobs=req.logprobs_n())
+    return Admission(server.plan(req), params,
+                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
+                     OutputOptions(req.skip_special_tokens, req.no_stop_trim))
+
+
+def native_admission(server: ChatServer, req: native.GenerateRequest) -> Admission:
+    tk, sp = server.engine.tokenizer, req.sampling_params
+    ids = list(req.input_ids) if req.input_ids is not None else tk.encode(req.text)
+    if any(not 0 <= t < len(tk.itos) for t in ids):
+        raise BadRequestError(f"input_ids: token ids must be in 0..{len(tk.itos) - 1}",
+                              "input_ids")
+    params = SamplingParams(max_tokens=sp.max_new_tokens or server.default_max_tokens,
+                            temperature=sp.temperature, top_p=sp.top_p,
+                            seed=sp.sampling_seed or 0, ignore_eos=sp.ignore_eos,
+                            stop_token_ids=tuple(sp.stop_token_ids or ()),
+                            logprobs=req.top_logprobs_num if req.return_logprob else None)
+    return Admission(PromptPlan(ids, "", []), params,
+                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
+                     OutputOptions(sp.skip_special_tokens, sp.no_stop_trim))
 
 
 def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
@@ -79,15 +116,26 @@ def usage(gen: Generation) -> Usage:
 
 
 class ChatServer:
-    def __init__(self, engine: Engine, debug_token: str | None = None) -> None:
+    mode: native.DisaggMode = "null"
+
+    def __init__(self, engine: Engine, debug_token: str | None = None, port: int = 0) -> None:
         self.engine = engine
+        self.port = port
+        self.default_max_tokens = min(256, engine.cfg.max_new_tokens)
         self.metrics = Metrics()
         self.app = FastAPI(title="pd-workbench engine")
         add_debug_routes(self.app, engine, debug_token)
         self.app.post("/v1/chat/completions")(self.chat)
+        self.app.post("/generate")(self.generate)
         self.app.get("/v1/models")(self.models)
         self.app.get("/health")(self.health)
+        self.app.get("/health_generate")(self.health_generate)
         self.app.get("/metrics")(self.prometheus)
+        for path in ("/server_info", "/get_server_info"):
+            self.app.get(path)(self.server_info)
+        for path in ("/model_info", "/get_model_info"):
+            self.app.get(path)(self.model_info)
+        self.app.get("/get_load")(self.get_load)
 
     async def models(self) -> dict:
         return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model",
@@ -95,6 +143,29 @@ class ChatServer:
 
     async def health(self) -> dict:
         return {"status": "ok"}
+
+    async def health_generate(self) -> JSONResponse:
+        """200 once the engine loop answers (the single role also generates one token)."""
+        try:
+            if self.mode == "null":
+                tk = self.engine.tokenizer
+                gen = Generation(self.engine, PromptPlan([tk.bos_id], "", []),
+                                 SamplingParams(max_tokens=1)).start()
+                await asyncio.wait_for(self._drain(gen, None), 20.0)
+            else:
+                await asyncio.to_thread(self.engine.on_loop, lambda: True, 10.0)
+        except (TimeoutError, asyncio.TimeoutError):
+            return error(503, "engine loop did not answer")
+        return JSONResponse({"status": "ok"})
+
+    async def server_info(self) -> dict:
+        return native.server_info(self.engine, self.mode, self.port)
+
+    async def model_info(self) -> dict:
+        return native.model_info(self.engine)
+
+    async def get_load(self) -> list:
+        return await asyncio.to_thread(self.engine.on_loop, lambda: native.load_info(self.engine))
 
     async def prometheus(self) -> PlainTextResponse:
         return PlainTextResponse(self.metrics.render(engine_gauges(self.engine)))
@@ -105,54 +176,84 @@ class ChatServer:
             choice = choice.model_dump()
         return plan_prompt(self.engine, req.message_dicts(), tool_specs(req), choice)
 
-    def new_generation(self, req: ChatCompletionRequest) -> Generation:
-        params = sampling_params(req, min(256, self.engine.cfg.max_new_tokens))
-        room = req.bootstrap_room
-        gen = Generation(self.engine, self.plan(req), params,
-                         rid=None if room is None else f"room-{room}")
-        gen.want_token_ids = req.return_token_ids
-        return self.start_generation(gen, req)
+    def admit(self, a: Admission) -> Generation:
+        """Hands a new generation to the engine (the decode role overrides this)."""
+        return self._new_generation(a).start()
 
-    def start_generation(self, gen: Generation, req: ChatCompletionRequest) -> Generation:
-        """Hands the generation to the engine (the decode role overrides this)."""
-        return gen.start()
+    def _new_generation(self, a: Admission) -> Generation:
+        rid = None if a.boot.room is None else room_rid(a.boot.room)
+        return Generation(self.engine, a.plan, a.params, rid=rid, output=a.output)
+
+    def _refuse(self, exc: Exception) -> JSONResponse:
+        self.metrics.inc("requests_total", status="400")
+        if isinstance(exc, BadRequestError):
+            return exc.response()
+        return error(400, str(exc), "messages")
 
     async def chat(self, request: Request):
         try:
             req = parse_chat_request(await request.body())
-        except BadRequestError as exc:
-            self.metrics.inc("requests_total", status="400")
-            return exc.response()
-        try:
-            gen = self.new_generation(req)
-        except (PromptTooLongError, ValueError) as exc:
-            self.metrics.inc("requests_total", status="400")
-            return error(400, str(exc), "messages")
+            gen = self.admit(chat_admission(self, req))
+        except (BadRequestError, PromptTooLongError, ValueError) as exc:
+            return self._refuse(exc)
         self.metrics.inc("requests_total", status="200")
+        gen.want_token_ids = req.return_token_ids
+        headers = native.unsupported_headers(req.unsupported())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(self.stream(gen, request, include_usage),
-                                     media_type="text/event-stream")
-        return await self.complete(gen, request)
+            return StreamingResponse(self.stream(gen, request, include_usage, req.logprobs),
+                                     media_type="text/event-stream", headers=headers)
+        return await self.complete(gen, request, req.logprobs, headers)
 
-    async def complete(self, gen: Generation, request: Request) -> JSONResponse:
+    async def generate(self, request: Request):
+        try:
+            req = native.parse_generate_request(await request.body())
+            gen = self.admit(native_admission(self, req))
+        except (BadRequestError, PromptTooLongError, ValueError) as exc:
+            return self._refuse(exc)
+        self.metrics.inc("requests_total", status="200")
+        headers = native.unsupported_headers(req.unsupported())
+        if req.stream:
+            return StreamingResponse(self.native_stream(gen, request, req.return_logprob),
+                                     media_type="text/event-stream", headers=headers)
+        await self._drain(gen, request)
+        return JSONResponse(native.native_body(gen, req.return_logprob), headers=headers)
+
+    async def native_stream(self, gen: Generation, request: Request, logprobs: bool):
         watcher = asyncio.create_task(self._watch_disconnect(gen, request))
+        try:
+            async for _ in gen.events():
+                yield native.sse(native.native_body(gen, logprobs))
+        finally:
+            watcher.cancel()
+        yield native.sse(native.native_body(gen, logprobs))
+        yield "data: [DONE]\n\n"
+
+    async def _drain(self, gen: Generation, request: Request | None) -> None:
+        watcher = (asyncio.create_task(self._watch_disconnect(gen, request))
+                   if request is not None else None)
         try:
             async for _ in gen.events():
                 pass
         finally:
-            watcher.cancel()
-        text = gen.plan.forced_prefix + "".join(gen.text_of(t) for t in gen.tokens)
-        parsed = parse_tool_calls(text, gen.plan.tools or None)
+            if watcher is not None:
+                watcher.cancel()
+
+    async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
+                       headers: dict | None = None) -> JSONResponse:
+        await self._drain(gen, request)
+        parsed = parse_tool_calls(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
         message = ResponseMessage(content=parsed.content or None,
                                   tool_calls=tool_calls_out(parsed.calls))
         choice = Choice(message=message, dsml_leaked=parsed.leaked,
                         finish_reason=finish_reason(gen, bool(parsed.calls)),
-                        token_ids=gen.tokens if gen.want_token_ids else None)
-        body = ChatCompletion(id=f"chatcmpl-{gen.rid}", created=int(gen.created), model=MODEL_NAME,
+                        token_ids=gen.tokens if gen.want_token_ids else None,
+                        logprobs=choice_logprobs(self.engine.tokenizer, gen.logprobs)
+                        if logprobs else None)
+        body = ChatCompletion(id=completion_id(gen.rid), created=int(gen.created), model=MODEL_NAME,
                               choices=[choice], usage=usage(gen))
-        return JSONResponse(body.model_dump())
+        return JSONResponse(body.model_dump(), headers=headers)
 
     async def _watch_disconnect(self, gen: Generation, request: Request) -> None:
         while gen.finish_reason is None:
@@ -164,11 +265,17 @@ class ChatServer:
     def _count_leak(self, leaked: bool) -> None:
         self.metrics.inc("responses_total", dsml_leaked=str(leaked).lower())
 
-    async def stream(self, gen: Generation, request: Request, include_usage: bool):
+    async def stream(self, gen: Generation, request: Request, include_usage: bool,
+                     logprobs: bool = False):
         det = StreamingDSMLDetector(gen.plan.tools or None)
-        base = {"id": f"chatcmpl-{gen.rid}", "created": int(gen.created), "model": MODEL_NAME}
+        base = {"id": completion_id(gen.rid), "created": int(gen.created), "model": MODEL_NAME}
+        sent = 0  # logprob entries already attached to a chunk
 
         def chunk(delta: Delta, finish: FinishReasonOut | None = None, **extra) -> str:
+            nonlocal sent
+            if logprobs and len(gen.logprobs) > sent:
+                extra["logprobs"] = choice_logprobs(self.engine.tokenizer, gen.logprobs[sent:])
+                sent = len(gen.logprobs)
             choice = ChunkChoice(delta=delta, finish_reason=finish, **extra)
             return ChatCompletionChunk(**base, choices=[choice]).sse()
 
@@ -199,6 +306,5 @@ class ChatServer:
         return Delta(tool_calls=[call])
 
 
-def create_app(engine: Engine, debug_token: str | None = None) -> FastAPI:
-    return ChatServer(engine, debug_token).app
-
+def create_app(engine: Engine, debug_token: str | None = None, port: int = 0) -> FastAPI:
+    return ChatServer(engine, debug_token, port).app

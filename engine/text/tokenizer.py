@@ -28,6 +28,7 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     FC_OPEN, FC_CLOSE, INVOKE_OPEN, INVOKE_CLOSE, PARAM_OPEN, PARAM_CLOSE,
     STRING_TRUE, STRING_FALSE, TAG_END,
 )
+CONTROL_TOKENS = (PAD, BOS, EOS, USER, ASSISTANT, TOOL)  # not content: skippable
 CHARS: str = "\n" + "".join(chr(c) for c in range(32, 127))
 UNK_CHAR = "?"
 VOCAB_SIZE = 128
@@ -44,6 +45,7 @@ class Tokenizer:
         self.pad_id = self.stoi[PAD]
         self.bos_id = self.stoi[BOS]
         self.eos_id = self.stoi[EOS]
+        self.control_ids = frozenset(self.stoi[t] for t in CONTROL_TOKENS)
         self.vocab_size = VOCAB_SIZE
 
     def encode(self, text: str) -> list[int]:

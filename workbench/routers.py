@@ -1,0 +1,60 @@
+"""The PD routers a pair can be launched behind: our own (``engine.router``) and SGLang's Rust
+router (PyPI ``sglang-router``, pinned in ``pyproject.toml``), each a small registry entry.
+
+SGLang's router reads ``--prefill URL BOOTSTRAP_PORT`` (our prefill serves its bootstrap routes on
+its HTTP port), probes workers (gRPC first, then ``/health``, ``/server_info``, ``/model_info``),
+draws rooms with its own unseeded RNG, drops our ``X-Bootstrap-Room`` header and unknown request
+fields (``return_token_ids``), and passes the decode's body through: probes read the room from
+the completion id and token ids from ``logprobs``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.registry import Registry
+
+
+@dataclass(frozen=True)
+class RouterArgs:
+    host: str
+    port: int
+    prefill: tuple[str, ...]  # base URLs
+    bootstrap_ports: tuple[int, ...]  # one per prefill
+    decode: tuple[str, ...]
+    seed: int
+
+
+@dataclass(frozen=True)
+class RouterKind:
+    """How to start one router; ``ready`` is polled until it answers 200. ``seeded``: rooms
+    follow the launch seed (a replay by seeds numbers rooms alike)."""
+
+    name: str
+    argv: Callable[[RouterArgs], list[str]]
+    ready: str
+    seeded: bool
+
+
+def _embedded(a: RouterArgs) -> list[str]:
+    return [sys.executable, "-m", "engine.router", "--host", a.host, "--port", str(a.port),
+            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed)]
+
+
+def _sglang(a: RouterArgs) -> list[str]:
+    argv = [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+            "--host", a.host, "--port", str(a.port), "--policy", "round_robin",
+            "--log-level", "warn", "--health-check-interval-secs", "5",
+            "--request-timeout-secs", "300"]
+    for url, port in zip(a.prefill, a.bootstrap_ports, strict=True):
+        argv += ["--prefill", url, str(port)]
+    for url in a.decode:
+        argv += ["--decode", url]
+    return argv
+
+
+ROUTERS: Registry[RouterKind] = Registry("router")
+ROUTERS.register("embedded", RouterKind("embedded", _embedded, "/health", seeded=True))
+ROUTERS.register("sglang", RouterKind("sglang", _sglang, "/readiness", seeded=False))
