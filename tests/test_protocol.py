@@ -198,3 +198,40 @@ def test_abort_finish_reason_survives_sdk_parsing():
                                                                    finish_reason="abort")]})
     parsed = construct_type(type_=SDKChunk, value=chunk.model_dump())
     assert parsed.choices[0].finish_reason == "abort"
+
+
+SGLANG_ROUTER_CHAT = {  # what SGLang's router 0.3.2 sends for a plain OpenAI chat request
+    "model": "unknown", "messages": [{"role": "user", "content": "hi"}],
+    "max_completion_tokens": 8, "stream": False, "logprobs": False, "no_stop_trim": False,
+    "ignore_eos": False, "continue_final_message": False, "skip_special_tokens": True,
+    "separate_reasoning": True, "stream_reasoning": True, "return_hidden_states": False,
+    "bootstrap_host": "127.0.0.1", "bootstrap_port": None, "bootstrap_room": 2**63 - 1}
+
+
+def test_sglang_router_chat_body_is_accepted_and_its_fields_honoured():
+    req = ChatCompletionRequest.model_validate(SGLANG_ROUTER_CHAT)
+    assert req.max_tokens == 8 and req.unsupported() == [] and req.logprobs_n() is None
+    req = ChatCompletionRequest.model_validate({**SGLANG_ROUTER_CHAT, "logprobs": True,
+                                                "top_logprobs": 3, "return_hidden_states": True})
+    assert req.logprobs_n() == 3 and req.unsupported() == ["return_hidden_states"]
+    with pytest.raises(ValidationError, match="top_logprobs"):
+        ChatCompletionRequest.model_validate({**SGLANG_ROUTER_CHAT, "top_logprobs": 2})
+    with pytest.raises(ValidationError, match="return_token_idz"):
+        ChatCompletionRequest.model_validate({**SGLANG_ROUTER_CHAT, "return_token_idz": True})
+
+
+def test_generate_requests_are_validated():
+    from engine.serving.errors import BadRequestError
+    from engine.serving.native import parse_generate_request
+
+    ok = parse_generate_request(json.dumps(
+        {"text": "hi", "sampling_params": {"max_new_tokens": 4, "top_k": 5}, "stream": True,
+         "model": None, "log_metrics": True, "return_bytes": False}).encode())
+    assert ok.sampling_params.max_new_tokens == 4 and ok.unsupported() == ["sampling_params.top_k"]
+    bad = [({"text": ["a", "b"]}, "batched"), ({"text": "a", "input_ids": [1]}, "exactly one"),
+           ({}, "exactly one"), ({"input_ids": []}, "input_ids"),
+           ({"text": "a", "sampling_params": {"max_new_tokens": 0}}, "max_new_tokens"),
+           ({"text": "a", "sampling_params": {"bogus": 1}}, "bogus"), ({"text": "a", "x": 1}, "x")]
+    for body, msg in bad:
+        with pytest.raises(BadRequestError, match=msg):
+            parse_generate_request(json.dumps(body).encode())
