@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup chromium test test-fast demo lint bench train clean
+.PHONY: setup chromium refs test test-fast demo lint bench train clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -14,18 +14,29 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# Real parsers the tool-call parser variants are checked against (tests/parser_refs.py): pinned
+# wheels, --no-deps, cached outside the clone and keyed by version.
+PDWB_REFS ?= $(HOME)/.cache/pdwb/refs
+SGLANG_REF := $(PDWB_REFS)/wheels/.sglang-0.5.23
+$(SGLANG_REF): $(STAMP)
+	mkdir -p $(PDWB_REFS)/wheels
+	$(PIP) download -q --no-deps sglang==0.5.23 -d $(PDWB_REFS)/wheels
+	touch $@
+
+refs: $(SGLANG_REF)
+
 # Debian chromium for tests/test_jupyterlab.py (headless, driven over DevTools; no browser download)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
-test: $(STAMP) chromium
-	TRITON_INTERPRET=1 $(PY) -m pytest tests
+test: $(STAMP) chromium refs
+	PDWB_REFS=$(PDWB_REFS) TRITON_INTERPRET=1 $(PY) -m pytest tests
 
 # inner loop: everything but the multi-process tests (servers, PD pairs, notebooks, browser)
-test-fast: $(STAMP)
-	TRITON_INTERPRET=1 $(PY) -m pytest tests -m "not slow"
+test-fast: $(STAMP) refs
+	PDWB_REFS=$(PDWB_REFS) TRITON_INTERPRET=1 $(PY) -m pytest tests -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench

@@ -99,9 +99,13 @@ class EngineConfig:
     hicache_offload_on_finish: bool = False
     faults: FaultConfig = field(default_factory=FaultConfig)
     debug_capture: int = 0
+    tool_parser: str = "strict"  # engine.text.parsers.PARSERS
 
     def __post_init__(self) -> None:
         from engine.patches import PatchSet
+        from engine.text.parsers import PARSERS
+
+        PARSERS.get(self.tool_parser)
 
         object.__setattr__(self, "patches", PatchSet.parse(self.patches).enabled)
         if isinstance(self.faults, dict):

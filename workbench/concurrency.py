@@ -21,8 +21,9 @@ from workbench.progress import Progress
 log = logging.getLogger(__name__)
 SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": pl.Float64,
           "e2e_s": pl.Float64, "finish_reason": pl.Utf8, "dsml_leaked": pl.Boolean,
-          "v_leaked": pl.Boolean, "v_well_formed": pl.Boolean, "v_tool_ok": pl.Boolean,
-          "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean, "v_first_diff": pl.Int64}
+          "v_leaked": pl.Boolean, "v_dropped": pl.Boolean, "v_well_formed": pl.Boolean,
+          "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
+          "v_first_diff": pl.Int64}
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class LoadSummary:
     flagged: int
     leaked: int
     ref_mismatch: int
+    dropped: int
     corrupt_leaks: int
     flag_rate: float
     flag_rate_ci: tuple[float, float]
@@ -73,6 +75,7 @@ def summarize(df: pl.DataFrame, wall_s: float) -> LoadSummary:
         errors=int((df["error"] != "").sum()) if len(df) else 0, flagged=flagged,
         leaked=int(done["v_leaked"].sum()) if len(done) else 0,
         ref_mismatch=int((done["v_ref_match"] == False).sum()) if len(done) else 0,  # noqa: E712
+        dropped=int(done["v_dropped"].sum()) if len(done) else 0,
         corrupt_leaks=int(done["corrupt_leak"].sum()) if len(done) else 0,
         flag_rate=flagged / len(done) if len(done) else 0.0,
         flag_rate_ci=wilson(flagged, len(done)), median_ttft_s=med("ttft_s"),

@@ -146,9 +146,9 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
     ``seeds`` (when given) fixes the bursts exactly and disables early stopping; the first burst
     seed also seeds the router (room numbers), so a replay by ``seeds`` numbers rooms alike.
     ``router`` names the PD router in front (``workbench.routers.ROUTERS``; SGLang's draws its
-    own unseeded rooms). ``cap_s`` bounds the run in seconds from the launch start: no burst starts after it, and a
-    running burst starts no turn past it.  ``max_bursts=None`` (only with ``cap_s``) lets the
-    cap alone end the run.
+    own unseeded rooms). ``cap_s`` bounds the run in seconds from the launch start: no burst
+    starts after it, and a running burst starts no turn past it. ``max_bursts=None`` (only with
+    ``cap_s``) lets the cap alone end the run.
     """
     try:
         stop_on = StopOn(stop_on)
@@ -206,7 +206,7 @@ def rates_table(reps: Sequence[Reproduction]) -> pl.DataFrame:
 def flagged_requests(rep: Reproduction) -> pl.DataFrame:
     """The flagged rows, with what the oracle saw (content, first differing token, verdicts)."""
     cols = ["seed", "session", "turn", "kind", "room", "content", "v_first_diff", "v_leaked",
-            "v_well_formed", "v_ref_match"]
+            "v_dropped", "v_well_formed", "v_ref_match"]
     return rep.requests.filter(pl.col("flagged")).select(cols)
 
 

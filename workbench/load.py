@@ -59,7 +59,8 @@ class RequestRecord:
         out["tool_calls"] = json.dumps(self.tool_calls)
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
-                    ("leaked", "well_formed", "tool_ok", "args_ok", "ref_match", "first_diff")})
+                    ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",
+                     "first_diff")})
         out["flagged"] = bool(v and v.flagged)
         out["corrupt_leak"] = bool(v and v.leaked and v.ref_match is False)
         return out

@@ -1,9 +1,11 @@
 """Response oracle: judges every response of an agentic session.
 
-Verdicts: ``leaked`` (DSML markup in content), ``well_formed`` (exactly one structured call where
-one was expected), ``tool_ok`` / ``args_ok`` (against the transcript), and ``ref_match``: the
-completion's token ids equal a single-request greedy reference computed in-process with the same
-storage dtypes (valid when the server runs batch-invariant greedy with the torch kernels).
+Verdicts: ``leaked`` (DSML markup in content), ``dropped`` (a call was expected and neither a call
+nor any markup came back: a fail-closed parser swallowed corrupted markup), ``well_formed`` (exactly
+one structured call where one was expected), ``tool_ok`` / ``args_ok`` (against the transcript), and
+``ref_match``: the completion's token ids equal a single-request greedy reference computed in-
+process with the same storage dtypes (valid when the server runs batch-invariant greedy with the
+torch kernels).
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ class Verdict:
     args_ok: bool | None
     ref_match: bool | None
     first_diff: int | None
+    dropped: bool = False
 
     @property
     def flagged(self) -> bool:
-        return self.leaked or self.ref_match is False or self.well_formed is False
+        return (self.leaked or self.dropped or self.ref_match is False
+                or self.well_formed is False)
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -73,6 +77,7 @@ def judge(content: str | None, calls: list[dict], leaked_flag: bool | None,
     text = content or ""
     leaked = bool(leaked_flag) or any(m in text for m in LEAK_MARKERS)
     well = tool_ok = args_ok = None
+    dropped = expected is not None and not calls and not leaked
     if expected is not None:
         well = len(calls) == 1 and not leaked
         tool_ok = well and calls[0]["name"] == expected.name
@@ -81,7 +86,7 @@ def judge(content: str | None, calls: list[dict], leaked_flag: bool | None,
     if token_ids is not None and reference is not None:
         diff = first_difference(token_ids, reference)
         ref_match = diff is None
-    return Verdict(leaked, well, tool_ok, args_ok, ref_match, diff)
+    return Verdict(leaked, well, tool_ok, args_ok, ref_match, diff, dropped)
 
 
 def _args(raw: str) -> dict | None:

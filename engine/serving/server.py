@@ -47,12 +47,11 @@ from engine.serving.responses import FinishReason as FinishReasonOut
 from engine.text.chat import ToolCall
 from engine.text.dsml import (
     ContentDelta,
-    StreamingDSMLDetector,
     ToolCallDelta,
     arguments_json,
-    parse_tool_calls,
     tool_call_id,
 )
+from engine.text.parsers import get_parser
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"
@@ -121,6 +120,7 @@ class ChatServer:
     def __init__(self, engine: Engine, debug_token: str | None = None, port: int = 0) -> None:
         self.engine = engine
         self.port = port
+        self.parser = get_parser(engine.cfg.tool_parser)
         self.default_max_tokens = min(256, engine.cfg.max_new_tokens)
         self.metrics = Metrics()
         self.app = FastAPI(title="pd-workbench engine")
@@ -242,7 +242,7 @@ class ChatServer:
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:
         await self._drain(gen, request)
-        parsed = parse_tool_calls(gen.text(), gen.plan.tools or None)
+        parsed = self.parser.parse(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
         message = ResponseMessage(content=parsed.content or None,
                                   tool_calls=tool_calls_out(parsed.calls))
@@ -267,7 +267,7 @@ class ChatServer:
 
     async def stream(self, gen: Generation, request: Request, include_usage: bool,
                      logprobs: bool = False):
-        det = StreamingDSMLDetector(gen.plan.tools or None)
+        det = self.parser.streamer(gen.plan.tools or None)
         base = {"id": completion_id(gen.rid), "created": int(gen.created), "model": MODEL_NAME}
         sent = 0  # logprob entries already attached to a chunk
 

@@ -1,0 +1,58 @@
+"""Tool-call parser variants, chosen per launch (``--set tool_parser=NAME``).
+
+- ``strict``: ours (``engine.text.dsml``); the oracle's parser. A malformed block goes to content
+  verbatim with ``leaked`` set; streaming equals one-shot for every chunking.
+- ``sglang``: SGLang 0.5.21-0.5.23's ``DeepSeekV32Detector`` behind its ``FunctionCallParser``
+  (``engine.text.sglang_dsml``): fail-closed, so corrupted markup mostly vanishes instead of
+  leaking; streaming can differ from one-shot and between chunkings, as SGLang's does.
+
+Each variant gives ``parse(text, tools) -> ParseResult`` and ``streamer(tools)``, an object with
+``feed(delta) -> [StreamEvent]``, ``finish() -> [StreamEvent]``, ``calls``, ``leaked`` and
+``result()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.registry import Registry
+from engine.text.chat import ToolCall, ToolSpec
+from engine.text.dsml import ParseResult, StreamEvent, StreamingDSMLDetector, parse_tool_calls
+from engine.text.sglang_dsml import SGLangStreamParser, parse_sglang
+
+
+class StreamParser(Protocol):
+    leaked: bool
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]: ...
+
+    def feed(self, delta: str) -> list[StreamEvent]: ...
+
+    def finish(self) -> list[StreamEvent]: ...
+
+    def result(self) -> ParseResult: ...
+
+
+@dataclass(frozen=True)
+class ToolParser:
+    name: str
+    parse: Callable[[str, list[ToolSpec] | None], ParseResult]
+    streamer: Callable[[list[ToolSpec] | None], StreamParser]
+    description: str
+
+
+PARSERS: Registry[ToolParser] = Registry("tool parser")
+PARSERS.register("strict", ToolParser(
+    "strict", parse_tool_calls, StreamingDSMLDetector,
+    "ours: malformed blocks go to content with dsml_leaked; stream == one-shot"))
+PARSERS.register("sglang", ToolParser(
+    "sglang", parse_sglang, SGLangStreamParser,
+    "SGLang 0.5.21-0.5.23 DeepSeekV32Detector: fail-closed, malformed markup is dropped"))
+
+
+def get_parser(name: str) -> ToolParser:
+    """The registered variant ``name`` (``UnknownVariantError`` lists the valid ones)."""
+    return PARSERS.get(name)
