@@ -131,3 +131,29 @@ def test_debug_routes_are_loopback_only_and_token_protected():
         assert missing.status_code == 404 and "neither live nor captured" in missing.text
         assert local.get("/debug/dump", headers=ok).status_code == 404
         assert local.post("/debug/config", headers=ok).status_code == 405
+
+
+def test_sglang_parser_variant_serves_calls_and_fails_closed(tmp_path):
+    """``--set tool_parser=sglang``: the variant is reported, parses a good call like ours, and a
+    forced-then-truncated call (markup with no closer) vanishes instead of leaking."""
+    srv = ServerProcess("sglang-parser", python_module(
+        "engine", "serve", "--port", "{port}", "--debug-token", "t", "--set",
+        "tool_parser=sglang"), tmp_path)
+    srv.start()
+    try:
+        srv.wait_healthy(timeout=120)
+        cfg = httpx.get(srv.url + "/debug/config", headers={"x-debug-token": "t"}).json()
+        assert cfg["tool_parser"] == "sglang"
+        tr, messages, tools = agentic_case()
+        ok = client(srv).chat.completions.create(model="m", messages=messages, tools=tools,
+                                                 max_tokens=160)
+        call = ok.choices[0].message.tool_calls[0]
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            tr.rounds[0].call.name, tr.rounds[0].call.arguments)
+        cut = client(srv).chat.completions.create(model="m", messages=messages, tools=tools,
+                                                  max_tokens=12, tool_choice="required")
+        choice = cut.choices[0]
+        assert choice.message.tool_calls is None and not choice.model_extra["dsml_leaked"]
+        assert "DSML" not in (choice.message.content or "")
+    finally:
+        srv.stop()
