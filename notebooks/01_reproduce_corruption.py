@@ -80,7 +80,10 @@ investigate.flagged_requests(buggy)
 
 # %% [markdown]
 # ## Finding 1: the buggy variants leak DSML into content; the race really fired
-# Every leak is also a reference mismatch: the markup is corrupted output, not a parser bug.
+# A leak in a session's first flagged turn is also a reference mismatch: the markup is corrupted
+# output, not a parser bug. (Later turns carry the corrupted answer in their prompt, so the
+# reference, fed the same prompt, can reproduce their leak: `investigate.first_flags` keeps
+# each session's first flag.)
 # The prefill's indexer read index-K still loading (`stale_reads`) and its KV sender shipped
 # index-K pages still loading to the decode (`stale_sends`).
 
@@ -92,7 +95,8 @@ replay = {"patches": buggy_patches, "seeds": buggy.seeds, "sessions": sessions, 
 print(record_finding(
     "the buggy variants leak DSML into content; the race really fired",
     {"DSML leaked": b["leaked"] > 0, "every leak is flagged": b["flagged"] >= b["leaked"],
-     "every leak is a reference mismatch": not leaks["v_ref_match"].any(),
+     "every first-flag leak is a reference mismatch":
+         not investigate.first_flags(buggy).filter(pl.col("v_leaked"))["v_ref_match"].any(),
      "stale index-K reads": b["stale_reads"] > 0, "stale index-K sends": b["stale_sends"] > 0},
     evidence=b, replay=replay, source="01_reproduce_corruption", ledger=findings_ledger))
 print(f"buggy: {b['leaked']} DSML leaks, {b['flagged']}/{b['requests']} flagged "
@@ -112,3 +116,36 @@ print(record_finding(
     evidence=f, replay={**replay, "patches": []}, source="01_reproduce_corruption",
     ledger=findings_ledger))
 print(f"fixed: 0/{f['requests']} flagged (95% CI upper bound {f['hi']:.1%})")
+
+# %% [markdown]
+# ## Finding 3: under SGLang's fail-closed parser the same corruption is dropped, not leaked
+# What users see depends on the tool-call parser. The same buggy variants, served with
+# `tool_parser=sglang` (SGLang 0.5.21-0.5.23's `DeepSeekV32Detector`, checked against the real
+# code in `tests/test_parser_fidelity.py`), run seeded bursts until a request is flagged. Where
+# `strict` hands the broken block to `content`, SGLang keeps only the prose before it: the
+# corruption shows as a vanished call (`dropped`) or a wrong answer (reference mismatch), and
+# no content ever holds a block opener.
+
+# %%
+sgl = reproduce(buggy_patches, variant="buggy, sglang parser", sessions=sessions, turns=turns,
+                max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
+                stop_after_flags=stop_after_flags, stop_on="flagged", router=router,
+                engine={**investigate.RACE_ENGINE, "tool_parser": "sglang"})
+opener = "<｜DSML｜function_calls>"
+s = investigate.rates_table([sgl]).row(0, named=True)
+judged = sgl.requests.filter(pl.col("v_leaked").is_not_null())
+symptoms = {name: {"leaked": r["leaked"], "dropped": r["dropped"],
+                   "mismatched": r["mismatched"], "flagged": r["flagged"],
+                   "requests": r["requests"]} for name, r in (("strict", b), ("sglang", s))}
+print(record_finding(
+    "under SGLang's fail-closed parser the same corruption is dropped, not leaked",
+    {"the race corrupts output under the sglang parser too": s["flagged"] > 0,
+     "the race fired": s["stale_sends"] > 0,
+     "no sglang response holds a block opener":
+         not judged["content"].str.contains(opener, literal=True).any()},
+    evidence={"symptoms": symptoms,
+              "strict leaks holding a block opener":
+                  int(leaks["content"].str.contains(opener, literal=True).sum())},
+    replay={**replay, "seeds": sgl.seeds, "engine": {"tool_parser": "sglang"}},
+    source="01_reproduce_corruption", ledger=findings_ledger))
+pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])

@@ -25,7 +25,7 @@ SMALL = {
     "05_investigation_template.py": {"workload": "smoke"},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
-    "01_reproduce_corruption.py": 2, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
+    "01_reproduce_corruption.py": 3, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
     "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
 }
 RENDERED = {  # text each executed report must contain

@@ -4,12 +4,12 @@ under many chunkings, must give the same (content, calls) as the real code (>= 9
 from __future__ import annotations
 
 import pytest
+from parser_diff import compare, sglang_reference, variant_runner
+from parser_refs import SGLANG_VERSION, sglang_detector
 
 from engine.config import EngineConfig
 from engine.registry import UnknownVariantError
 from engine.text.parsers import PARSERS, get_parser
-from parser_diff import compare, sglang_reference, variant_runner
-from parser_refs import SGLANG_VERSION, sglang_detector
 from workbench.dsml_fuzz import CATEGORIES, fuzz_cases
 
 TARGET = 0.995

@@ -17,6 +17,7 @@ from workbench.launch import PDPair
 from workbench.load import LoadConfig, RequestRecord, SessionRunner
 from workbench.oracle import ReferenceOracle
 from workbench.progress import Progress
+from workbench.routers import ROUTERS
 
 log = logging.getLogger(__name__)
 SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": pl.Float64,
@@ -137,7 +138,7 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     Flagged requests have their buffers dumped into ``capture_dir`` (PDPair targets).
     """
     cfg = LoadConfig(sessions, turns, kill_fraction, duration_s, seed, max_tokens,
-                     kill_window_s=kill_window_s)
+                     kill_window_s=kill_window_s, logprobs=_needs_logprobs(target))
     ref = oracle_for(target) if oracle is True else (oracle or None)
     out = Path(capture_dir) if capture_dir else None
     if out:
@@ -151,6 +152,14 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     if len(df):
         df = df.sort(["session", "turn", "kind"])
     return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files))
+
+
+def _needs_logprobs(target) -> bool:
+    """Token ids come back as ``token_ids`` through our router when we launched it; through
+    others (an attached deployment, a bare URL) they are recovered from ``logprobs``."""
+    if not isinstance(target, PDPair) or target.router.proc is None:
+        return True
+    return not ROUTERS.get(target.spec.router).forwards_token_ids
 
 
 def run_sync(coro):

@@ -33,8 +33,8 @@ from workbench.series import RACE_FAULTS
 
 log = logging.getLogger(__name__)
 __all__ = ["BUGGY", "RACE_ENGINE", "Burst", "QueueSampler", "Reproduction", "StopOn",
-           "flagged_requests", "kill_storm", "race_counts", "rates_table", "reproduce",
-           "wedge_probe"]
+           "first_flags", "flagged_requests", "kill_storm", "race_counts", "rates_table",
+           "reproduce", "wedge_probe"]
 
 RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
 BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
@@ -46,6 +46,7 @@ class StopOn(enum.Enum):
     FLAGGED = "flagged"
     LEAKED = "leaked"
     MISMATCHED = "mismatched"
+    DROPPED = "dropped"
 
     def count(self, burst: Burst) -> int:
         return getattr(burst, self.value)
@@ -60,6 +61,7 @@ class Burst:
     flagged: int
     leaked: int
     mismatched: int
+    dropped: int
     stale_reads: int
     stale_sends: int
     t_s: float = 0.0
@@ -74,7 +76,7 @@ class Reproduction:
     """Bursts run on one variant. ``first_flag_s``: launch start to the first flagged burst's end.
 
     Invariants: ``bursts`` has one row per seed in ``seeds`` (columns ``seed, requests, flagged,
-    leaked, mismatched, stale_reads, stale_sends, t_s``); ``requests`` concatenates the
+    leaked, mismatched, dropped, stale_reads, stale_sends, t_s``); ``requests`` concatenates the
     per-request frames of every burst with a ``seed`` column; ``captures`` are dumps of flagged
     rooms (both sides).
     """
@@ -127,7 +129,7 @@ def _burst(pair: PDPair, seed: int, sessions: int, turns: int, max_tokens: int,
                              duration_s=duration_s)
     s = res.summary
     after = race_counts(pair)
-    row = Burst(seed, s.completed, s.flagged, s.leaked, s.ref_mismatch,
+    row = Burst(seed, s.completed, s.flagged, s.leaked, s.ref_mismatch, s.dropped,
                 **{k: after[k] - before[k] for k in after})
     log.info("burst seed=%d: %s", seed, row)
     return row, res.requests.with_columns(pl.lit(seed).alias("seed")), res.captures
@@ -141,7 +143,8 @@ def reproduce(patches: Sequence[str] = BUGGY, *, variant: str | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None, router: str = "embedded") -> Reproduction:
     """Runs seeded bursts on a fresh PD pair; stops once ``stop_after_flags`` requests are
-    ``stop_on`` (a ``StopOn`` or its value: ``"flagged"``, ``"leaked"`` or ``"mismatched"``).
+    ``stop_on`` (a ``StopOn`` or its value: ``"flagged"``, ``"leaked"``, ``"mismatched"`` or
+    ``"dropped"``).
 
     ``seeds`` (when given) fixes the bursts exactly and disables early stopping; the first burst
     seed also seeds the router (room numbers), so a replay by ``seeds`` numbers rooms alike.
@@ -197,6 +200,7 @@ def rates_table(reps: Sequence[Reproduction]) -> pl.DataFrame:
         lo, hi = wilson(k, n)
         rows.append({"variant": rep.variant, "bursts": b.height, "requests": n, "flagged": k,
                      "leaked": int(b["leaked"].sum()), "mismatched": int(b["mismatched"].sum()),
+                     "dropped": int(b["dropped"].sum()),
                      "stale_reads": int(b["stale_reads"].sum()),
                      "stale_sends": int(b["stale_sends"].sum()), "rate": k / n if n else 0.0,
                      "lo": lo, "hi": hi})
@@ -208,6 +212,21 @@ def flagged_requests(rep: Reproduction) -> pl.DataFrame:
     cols = ["seed", "session", "turn", "kind", "room", "content", "v_first_diff", "v_leaked",
             "v_dropped", "v_well_formed", "v_ref_match"]
     return rep.requests.filter(pl.col("flagged")).select(cols)
+
+
+def first_flags(rep: Reproduction) -> pl.DataFrame:
+    """The first flagged request of every session (in turn order, the call before the answer).
+
+    A session goes on after a corrupted answer, so later turns carry that corruption in their
+    prompt: the reference, run on the same prompt, reproduces it. Only a session's first flag
+    has a clean history, so only there must a leak also be a reference mismatch.
+    """
+    flagged = rep.requests.filter(pl.col("flagged"))
+    if not len(flagged):
+        return flagged
+    step = pl.when(pl.col("kind") == "call").then(0).otherwise(1).alias("_step")
+    return (flagged.with_columns(step).sort(["seed", "session", "turn", "_step"])
+            .group_by(["seed", "session"], maintain_order=True).first().drop("_step"))
 
 
 def wedge_probe(pair: PDPair, timeout_s: float = 15.0, seed: int = 0) -> bool:

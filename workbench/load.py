@@ -76,6 +76,7 @@ class LoadConfig:
     max_tokens: int = 160
     request_timeout_s: float = 180.0
     kill_window_s: float = 1.5  # a killed request is cancelled at uniform(0, window) seconds
+    logprobs: bool = False  # also ask for logprobs (token ids through routers that drop ours)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kill_fraction <= 1.0 or self.sessions < 1 or self.turns < 1:
@@ -164,7 +165,9 @@ class SessionRunner:
     async def request(self, client, messages, turn, kind, expected) -> RequestRecord:
         rec = RequestRecord(self.session, turn, kind)
         body = {"messages": messages, "tools": self.tools, "max_tokens": self.cfg.max_tokens,
-                "stream": True, "return_token_ids": True, "logprobs": True, "seed": self.session}
+                "stream": True, "return_token_ids": True, "seed": self.session}
+        if self.cfg.logprobs:
+            body["logprobs"] = True
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
         if self.oracle is not None:

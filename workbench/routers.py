@@ -30,12 +30,15 @@ class RouterArgs:
 @dataclass(frozen=True)
 class RouterKind:
     """How to start one router; ``ready`` is polled until it answers 200. ``seeded``: rooms
-    follow the launch seed (a replay by seeds numbers rooms alike)."""
+    follow the launch seed (a replay by seeds numbers rooms alike). ``forwards_token_ids``: the
+    router passes ``return_token_ids`` on (else the load asks for ``logprobs``, which costs the
+    servers a log-softmax per token)."""
 
     name: str
     argv: Callable[[RouterArgs], list[str]]
     ready: str
     seeded: bool
+    forwards_token_ids: bool  # False: probes recover token ids from logprobs instead
 
 
 def _embedded(a: RouterArgs) -> list[str]:
@@ -56,5 +59,7 @@ def _sglang(a: RouterArgs) -> list[str]:
 
 
 ROUTERS: Registry[RouterKind] = Registry("router")
-ROUTERS.register("embedded", RouterKind("embedded", _embedded, "/health", seeded=True))
-ROUTERS.register("sglang", RouterKind("sglang", _sglang, "/readiness", seeded=False))
+ROUTERS.register("embedded", RouterKind("embedded", _embedded, "/health", seeded=True,
+                                        forwards_token_ids=True))
+ROUTERS.register("sglang", RouterKind("sglang", _sglang, "/readiness", seeded=False,
+                                      forwards_token_ids=False))
