@@ -235,3 +235,22 @@ def test_generate_requests_are_validated():
     for body, msg in bad:
         with pytest.raises(BadRequestError, match=msg):
             parse_generate_request(json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b'{"a": NaN}', "NaN"), (b'{"a": -Infinity}', "Infinity"), (b'{"a": "\\ud800"}', "surrogate"),
+    (b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}", "not valid JSON"),
+    (b'{"a":' + b"[" * 70 + b"]" * 70 + b"}", "deeper than 64"), (b"[1]", "JSON object")])
+def test_hostile_bodies_are_refused_with_a_reason(raw, why):
+    from engine.serving.errors import BadRequestError, json_object
+
+    with pytest.raises(BadRequestError, match=why):
+        json_object(raw)
+
+
+def test_seed_is_bounded_to_the_generators_range():
+    body = {"messages": [{"role": "user", "content": "hi"}], "temperature": 0.8}
+    assert ChatCompletionRequest.model_validate({**body, "seed": 2**64 - 1}).seed == 2**64 - 1
+    for bad in (2**64, -(2**63) - 1):
+        with pytest.raises(ValidationError, match="seed"):
+            ChatCompletionRequest.model_validate({**body, "seed": bad})

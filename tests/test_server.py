@@ -157,3 +157,19 @@ def test_sglang_parser_variant_serves_calls_and_fails_closed(tmp_path):
         assert "DSML" not in (choice.message.content or "")
     finally:
         srv.stop()
+
+
+def test_a_poison_seed_fails_only_itself(server):
+    """seed >= 2**64 with temperature > 0 used to overflow inside the engine step and abort every
+    request in flight; it is now a 400, and the request beside it completes."""
+    tr, messages, tools = agentic_case(5)
+    with httpx.Client(timeout=120) as c, c.stream(
+            "POST", server.url + "/v1/chat/completions",
+            json={"messages": messages, "tools": tools, "max_tokens": 120,
+                  "stream": True}) as live:
+        bad = c.post(server.url + "/v1/chat/completions",
+                     json={"messages": messages, "temperature": 0.8, "seed": 2**64})
+        assert bad.status_code == 400 and "seed" in bad.json()["error"]["message"]
+        chunks = [json.loads(line[6:]) for line in live.iter_lines()
+                  if line.startswith("data: {")]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

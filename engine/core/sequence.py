@@ -39,6 +39,8 @@ class SamplingParams:
             raise ValueError("max_tokens must be positive")
         if not 0.0 <= self.temperature <= 2.0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("temperature must be in [0, 2] and top_p in (0, 1]")
+        if not -(2**63) <= self.seed < 2**64:
+            raise ValueError("seed must be in [-2**63, 2**64)")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError("logprobs must be None or in 0..20")
 

@@ -47,14 +47,42 @@ class BadRequestError(ValueError):
         return error_response(400, str(self), self.param)
 
 
+MAX_JSON_DEPTH = 64
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _check_tree(value, depth: int = 0) -> None:
+    """Refuses nesting deeper than ``MAX_JSON_DEPTH`` and strings with lone surrogates."""
+    if depth > MAX_JSON_DEPTH:
+        raise BadRequestError(f"request body nests deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequestError("request body holds a lone UTF-16 surrogate") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_tree(k, depth + 1)
+            _check_tree(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_tree(v, depth + 1)
+
+
 def json_object(raw: bytes) -> dict:
-    """``raw`` as a JSON object (server and router parse bodies here); raises BadRequestError."""
+    """``raw`` as a JSON object (server and router parse bodies here); raises BadRequestError
+    for invalid JSON, ``NaN``/``Infinity``, nesting deeper than ``MAX_JSON_DEPTH`` and lone
+    surrogates, so none of them can reach a handler as a 500."""
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+        body = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadRequestError(f"request body is not valid JSON: {exc}"[:300]) from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object")
+    _check_tree(body)
     return body
 
 

@@ -158,7 +158,7 @@ class ChatCompletionRequest(_Request):
         validation_alias=AliasChoices("max_tokens", "max_completion_tokens"))
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # torch.Generator's range
     n: int = 1
     stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
         default=None, min_length=1, max_length=4)
