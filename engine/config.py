@@ -100,6 +100,7 @@ class EngineConfig:
     faults: FaultConfig = field(default_factory=FaultConfig)
     debug_capture: int = 0
     tool_parser: str = "strict"  # engine.text.parsers.PARSERS
+    max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
 
     def __post_init__(self) -> None:
         from engine.patches import PatchSet
@@ -115,7 +116,7 @@ class EngineConfig:
         _check_choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _check_choice("index_k_dtype", self.index_k_dtype, INDEX_K_DTYPES)
         for name in ("page_size", "num_pages", "max_batch_tokens", "chunk_size", "max_running",
-                     "max_prompt_tokens", "max_new_tokens"):
+                     "max_prompt_tokens", "max_new_tokens", "max_body_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.chunk_size > self.max_batch_tokens:

@@ -254,3 +254,25 @@ def test_seed_is_bounded_to_the_generators_range():
     for bad in (2**64, -(2**63) - 1):
         with pytest.raises(ValidationError, match="seed"):
             ChatCompletionRequest.model_validate({**body, "seed": bad})
+
+
+def test_common_openai_fields_are_accepted_and_unhonoured_ones_named():
+    body = {"messages": [{"role": "user", "content": "hi"}], "temperature": None, "top_p": None,
+            "user": "u-1", "parallel_tool_calls": False, "response_format": {"type": "text"}}
+    req = ChatCompletionRequest.model_validate(body)
+    assert (req.temperature, req.top_p, req.unsupported()) == (None, None, [])
+    req = ChatCompletionRequest.model_validate(
+        {**body, "presence_penalty": 0.5, "response_format": {"type": "json_object"}})
+    assert req.unsupported() == ["presence_penalty", "response_format"]
+    with pytest.raises(ValidationError, match="frequency_penalty"):
+        ChatCompletionRequest.model_validate({**body, "frequency_penalty": 3})
+
+
+def test_tool_choice_none_passes_markup_through_as_content():
+    from engine.text.parsers import NO_CALLS
+
+    text = 'ok <｜DSML｜function_calls>\n<｜DSML｜invoke name="x"></｜DSML｜invoke>'
+    r = NO_CALLS.parse(text, None)
+    assert (r.content, r.calls, r.leaked) == (text, (), True)
+    s = NO_CALLS.streamer(None)
+    assert [e.text for c in text for e in s.feed(c)] == list(text) and s.result() == r

@@ -156,12 +156,16 @@ def test_decode_error_status_and_body_are_forwarded(cluster):
 def test_bad_json_is_400_and_draws_no_room(cluster):
     urls, client = cluster
     before = len(rooms(cluster, "main"))
-    for raw, why in ((b"{not json", "not valid JSON"), (b"[1, 2]", "must be a JSON object")):
+    for raw, why in ((b"{not json", "not valid JSON"), (b"[1, 2]", "must be a JSON object"),
+                     (b'{"a": NaN}', "NaN"), (b'{"a": "\\udfff"}', "surrogate"),
+                     (b'{"a":' + b"[" * 2000 + b"]" * 2000 + b"}", "not valid JSON")):
         resp = client.post(urls["main"] + "/v1/chat/completions", content=raw)
         assert resp.status_code == 400
         err = resp.json()["error"]
         assert why in err["message"] and err["type"] == "invalid_request_error"
         assert err["code"] == 400
+    big = client.post(urls["main"] + "/v1/chat/completions", content=b"{" + b" " * (9 << 20))
+    assert big.status_code == 413 and big.json()["error"]["code"] == 413
     assert len(rooms(cluster, "main")) == before
 
 

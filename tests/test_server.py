@@ -173,3 +173,32 @@ def test_a_poison_seed_fails_only_itself(server):
         chunks = [json.loads(line[6:]) for line in live.iter_lines()
                   if line.startswith("data: {")]
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_tool_choice_none_never_returns_a_call(server):
+    tr, messages, tools = agentic_case(7)
+    r = client(server).chat.completions.create(model="m", messages=messages, tools=tools,
+                                               max_tokens=60, tool_choice="none")
+    assert r.choices[0].message.tool_calls is None
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_oversized_and_hostile_bodies_are_refused_and_the_server_keeps_serving(server):
+    url = server.url + "/v1/chat/completions"
+    big = b'{"messages": [{"role": "user", "content": "' + b"x" * (9 << 20) + b'"}]}'
+    r = httpx.post(url, content=big, headers={"content-type": "application/json"}, timeout=60)
+    assert r.status_code == 413 and "exceeds" in r.json()["error"]["message"]
+
+    def chunked():
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(10):
+            yield b"y" * (1 << 20)
+        yield b'"}]}'
+    r = httpx.post(url, content=chunked(), timeout=60)  # no Content-Length: counted as it comes
+    assert r.status_code == 413
+    for raw in (b'{"messages": [], "x": NaN}', b'{"a": "\\ud800"}', b"[" * 5000):
+        assert httpx.post(url, content=raw, timeout=30).status_code == 400
+    tr, messages, tools = agentic_case(8)
+    ok = client(server).chat.completions.create(model="m", messages=messages, tools=tools,
+                                                max_tokens=160)
+    assert ok.choices[0].finish_reason == "tool_calls"

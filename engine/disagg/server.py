@@ -22,10 +22,11 @@ from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
 from engine.serving import native
+from engine.serving.admission import Admission, chat_admission, native_admission
 from engine.serving.errors import BadRequestError
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.protocol import parse_chat_request
-from engine.serving.server import Admission, ChatServer, chat_admission, native_admission
+from engine.serving.server import ChatServer
 from engine.transfer.endpoint import EndpointBlob
 
 
@@ -59,14 +60,16 @@ class PrefillServer(ChatServer):
 
     async def chat(self, request: Request):
         try:
-            a = chat_admission(self, parse_chat_request(await request.body()))
+            req = parse_chat_request(await request.body())
+            a = chat_admission(self.plan(req), req, self.default_max_tokens)
         except BadRequestError as exc:
             return self._refuse(exc)
         return await self._prefill(request, a)
 
     async def generate(self, request: Request):
         try:
-            a = native_admission(self, native.parse_generate_request(await request.body()))
+            req = native.parse_generate_request(await request.body())
+            a = native_admission(self.engine.tokenizer, req, self.default_max_tokens)
         except BadRequestError as exc:
             return self._refuse(exc)
         return await self._prefill(request, a)

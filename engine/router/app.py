@@ -41,6 +41,7 @@ from engine.router.proxy import (
 from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
 from engine.serving.errors import BadRequestError, json_object
 from engine.serving.errors import error_response as error
+from engine.serving.limits import BodyLimit
 from engine.serving.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ def create_app(cfg: RouterConfig) -> FastAPI:
             yield
 
     app = FastAPI(title="pd-workbench router", lifespan=lifespan)
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)
     app.state.router = router
     app.post(CHAT_PATH)(router.chat)
     app.get("/v1/models")(router.models)

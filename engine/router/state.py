@@ -67,6 +67,7 @@ class RouterConfig:
     policy: str = "round_robin"
     timeout_s: float = 300.0
     history: int = 4096
+    max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:

@@ -45,6 +45,7 @@ class PromptPlan:
     ids: list[int]
     forced_prefix: str
     tools: list[ToolSpec]
+    parse_calls: bool = True  # False for tool_choice "none": the output is content, verbatim
 
 
 def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
@@ -56,7 +57,7 @@ def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
     elif isinstance(tool_choice, dict):
         prefix = T.FC_OPEN + "\n" + T.INVOKE_OPEN + tool_choice["function"]["name"] + T.TAG_END
     text = render_prompt(messages, visible) + prefix
-    return PromptPlan(engine.tokenizer.encode(text), prefix, visible)
+    return PromptPlan(engine.tokenizer.encode(text), prefix, visible, tool_choice != "none")
 
 
 class Generation:

@@ -156,8 +156,15 @@ class ChatCompletionRequest(_Request):
     max_tokens: int | None = Field(
         default=None, ge=1, le=MAX_TOKENS_LIMIT,
         validation_alias=AliasChoices("max_tokens", "max_completion_tokens"))
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float | None = Field(default=0.0, ge=0.0, le=2.0)  # null: the default (0)
+    top_p: float | None = Field(default=1.0, gt=0.0, le=1.0)  # null: the default (1)
+    # common OpenAI fields: accepted; those set to something not honoured here are named in
+    # X-Unsupported-Fields (see ``unsupported``)
+    user: str | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)  # torch.Generator's range
     n: int = 1
     stop: list[Annotated[str, Field(min_length=1)]] | None = Field(
@@ -223,7 +230,11 @@ class ChatCompletionRequest(_Request):
 
     def unsupported(self) -> list[str]:
         """SGLang fields set to something this server does not honour."""
-        return [k for k in ("continue_final_message", "return_hidden_states") if getattr(self, k)]
+        names = [k for k in ("continue_final_message", "return_hidden_states", "presence_penalty",
+                             "frequency_penalty") if getattr(self, k)]
+        if self.response_format and self.response_format.get("type") != "text":
+            names.append("response_format")
+        return names
 
     def logprobs_n(self) -> int | None:
         """``SamplingParams.logprobs``: None unless ``logprobs`` is true."""

@@ -9,7 +9,6 @@ engine; SGLang fields with no meaning here are named in ``X-Unsupported-Fields``
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -20,10 +19,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
 from engine.serving import native
+from engine.serving.admission import Admission, chat_admission, native_admission
 from engine.serving.debug import add_debug_routes
 from engine.serving.errors import BadRequestError
 from engine.serving.errors import error_response as error
-from engine.serving.generation import Bootstrap, Generation, OutputOptions, PromptPlan, plan_prompt
+from engine.serving.generation import Generation, PromptPlan, plan_prompt
+from engine.serving.limits import BodyLimit
 from engine.serving.logprobs import choice_logprobs
 from engine.serving.metrics import Metrics, engine_gauges
 from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
@@ -51,46 +52,10 @@ from engine.text.dsml import (
     arguments_json,
     tool_call_id,
 )
-from engine.text.parsers import get_parser
+from engine.text.parsers import NO_CALLS, ToolParser, get_parser
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "tiny-deepseek"
-
-
-@dataclasses.dataclass(frozen=True)
-class Admission:
-    """What a parsed request asks the engine for, whichever API it came through."""
-
-    plan: PromptPlan
-    params: SamplingParams
-    boot: Bootstrap
-    output: OutputOptions
-
-
-def chat_admission(server: ChatServer, req: ChatCompletionRequest) -> Admission:
-    params = SamplingParams(max_tokens=req.max_tokens or server.default_max_tokens,
-                            temperature=req.temperature or 0.0, top_p=req.top_p or 1.0,
-                            seed=req.seed or 0, ignore_eos=req.ignore_eos,
-                            logprobs=req.logprobs_n())
-    return Admission(server.plan(req), params,
-                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
-                     OutputOptions(req.skip_special_tokens, req.no_stop_trim))
-
-
-def native_admission(server: ChatServer, req: native.GenerateRequest) -> Admission:
-    tk, sp = server.engine.tokenizer, req.sampling_params
-    ids = list(req.input_ids) if req.input_ids is not None else tk.encode(req.text)
-    if any(not 0 <= t < len(tk.itos) for t in ids):
-        raise BadRequestError(f"input_ids: token ids must be in 0..{len(tk.itos) - 1}",
-                              "input_ids")
-    params = SamplingParams(max_tokens=sp.max_new_tokens or server.default_max_tokens,
-                            temperature=sp.temperature, top_p=sp.top_p,
-                            seed=sp.sampling_seed or 0, ignore_eos=sp.ignore_eos,
-                            stop_token_ids=tuple(sp.stop_token_ids or ()),
-                            logprobs=req.top_logprobs_num if req.return_logprob else None)
-    return Admission(PromptPlan(ids, "", []), params,
-                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
-                     OutputOptions(sp.skip_special_tokens, sp.no_stop_trim))
 
 
 def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
@@ -124,6 +89,7 @@ class ChatServer:
         self.default_max_tokens = min(256, engine.cfg.max_new_tokens)
         self.metrics = Metrics()
         self.app = FastAPI(title="pd-workbench engine")
+        self.app.add_middleware(BodyLimit, max_bytes=engine.cfg.max_body_bytes)
         add_debug_routes(self.app, engine, debug_token)
         self.app.post("/v1/chat/completions")(self.chat)
         self.app.post("/generate")(self.generate)
@@ -193,7 +159,7 @@ class ChatServer:
     async def chat(self, request: Request):
         try:
             req = parse_chat_request(await request.body())
-            gen = self.admit(chat_admission(self, req))
+            gen = self.admit(chat_admission(self.plan(req), req, self.default_max_tokens))
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
         self.metrics.inc("requests_total", status="200")
@@ -208,7 +174,7 @@ class ChatServer:
     async def generate(self, request: Request):
         try:
             req = native.parse_generate_request(await request.body())
-            gen = self.admit(native_admission(self, req))
+            gen = self.admit(native_admission(self.engine.tokenizer, req, self.default_max_tokens))
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
         self.metrics.inc("requests_total", status="200")
@@ -242,7 +208,7 @@ class ChatServer:
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:
         await self._drain(gen, request)
-        parsed = self.parser.parse(gen.text(), gen.plan.tools or None)
+        parsed = self._parser(gen).parse(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
         message = ResponseMessage(content=parsed.content or None,
                                   tool_calls=tool_calls_out(parsed.calls))
@@ -262,12 +228,15 @@ class ChatServer:
                 return
             await asyncio.sleep(0.05)
 
+    def _parser(self, gen: Generation) -> ToolParser:
+        return self.parser if gen.plan.parse_calls else NO_CALLS
+
     def _count_leak(self, leaked: bool) -> None:
         self.metrics.inc("responses_total", dsml_leaked=str(leaked).lower())
 
     async def stream(self, gen: Generation, request: Request, include_usage: bool,
                      logprobs: bool = False):
-        det = self.parser.streamer(gen.plan.tools or None)
+        det = self._parser(gen).streamer(gen.plan.tools or None)
         base = {"id": completion_id(gen.rid), "created": int(gen.created), "model": MODEL_NAME}
         sent = 0  # logprob entries already attached to a chunk
 

@@ -19,7 +19,14 @@ from typing import Protocol
 
 from engine.registry import Registry
 from engine.text.chat import ToolCall, ToolSpec
-from engine.text.dsml import ParseResult, StreamEvent, StreamingDSMLDetector, parse_tool_calls
+from engine.text.dsml import (
+    ContentDelta,
+    ParseResult,
+    StreamEvent,
+    StreamingDSMLDetector,
+    parse_tool_calls,
+)
+from engine.text.dsml_grammar import has_marker
 from engine.text.sglang_dsml import SGLangStreamParser, parse_sglang
 
 
@@ -44,6 +51,34 @@ class ToolParser:
     description: str
 
 
+def parse_nothing(text: str, tools: list[ToolSpec] | None) -> ParseResult:
+    """No tool-call parsing: the output is content, verbatim (``tool_choice: "none"``)."""
+    return ParseResult(text, (), has_marker(text))
+
+
+class PassThrough:
+    """Streaming counterpart of ``parse_nothing``."""
+
+    def __init__(self, tools: list[ToolSpec] | None = None) -> None:
+        self._content: list[str] = []
+        self.leaked = False
+        self.calls: tuple[ToolCall, ...] = ()
+
+    def feed(self, delta: str) -> list[StreamEvent]:
+        if not delta:
+            return []
+        self._content.append(delta)
+        self.leaked = has_marker("".join(self._content))
+        return [ContentDelta(delta)]
+
+    def finish(self) -> list[StreamEvent]:
+        return []
+
+    def result(self) -> ParseResult:
+        return ParseResult("".join(self._content), (), self.leaked)
+
+
+NO_CALLS = ToolParser("none", parse_nothing, PassThrough, "no parsing: output is content")
 PARSERS: Registry[ToolParser] = Registry("tool parser")
 PARSERS.register("strict", ToolParser(
     "strict", parse_tool_calls, StreamingDSMLDetector,

@@ -1,0 +1,51 @@
+"""Admissions: what a parsed chat or ``/generate`` request asks the engine for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.core.sequence import SamplingParams
+from engine.serving.errors import BadRequestError
+from engine.serving.generation import Bootstrap, OutputOptions, PromptPlan
+from engine.serving.native import GenerateRequest
+from engine.serving.protocol import ChatCompletionRequest
+from engine.text.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a parsed request asks the engine for, whichever API it came through."""
+
+    plan: PromptPlan
+    params: SamplingParams
+    boot: Bootstrap
+    output: OutputOptions
+
+
+def chat_admission(plan: PromptPlan, req: ChatCompletionRequest,
+                   default_max_tokens: int) -> Admission:
+    """A chat request (its prompt already planned) as an admission."""
+    params = SamplingParams(max_tokens=req.max_tokens or default_max_tokens,
+                            temperature=req.temperature or 0.0, top_p=req.top_p or 1.0,
+                            seed=req.seed or 0, ignore_eos=req.ignore_eos,
+                            logprobs=req.logprobs_n())
+    return Admission(plan, params,
+                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
+                     OutputOptions(req.skip_special_tokens, req.no_stop_trim))
+
+
+def native_admission(tk: Tokenizer, req: GenerateRequest, default_max_tokens: int) -> Admission:
+    """A ``/generate`` request as an admission (BadRequestError for ids outside the vocab)."""
+    sp = req.sampling_params
+    ids = list(req.input_ids) if req.input_ids is not None else tk.encode(req.text)
+    if any(not 0 <= t < len(tk.itos) for t in ids):
+        raise BadRequestError(f"input_ids: token ids must be in 0..{len(tk.itos) - 1}",
+                              "input_ids")
+    params = SamplingParams(max_tokens=sp.max_new_tokens or default_max_tokens,
+                            temperature=sp.temperature, top_p=sp.top_p,
+                            seed=sp.sampling_seed or 0, ignore_eos=sp.ignore_eos,
+                            stop_token_ids=tuple(sp.stop_token_ids or ()),
+                            logprobs=req.top_logprobs_num if req.return_logprob else None)
+    return Admission(PromptPlan(ids, "", []), params,
+                     Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
+                     OutputOptions(sp.skip_special_tokens, sp.no_stop_trim))

@@ -1,0 +1,57 @@
+"""Request-size limit, shared by the servers and the router (ASGI middleware)."""
+
+from __future__ import annotations
+
+import json
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+class BodyLimit:
+    """Answers 413 to a request whose body exceeds ``max_bytes``, before any handler runs.
+
+    A declared ``Content-Length`` over the limit is refused without reading; otherwise the body
+    is read here (at most ``max_bytes + 1`` bytes are held) and replayed to the application.
+    """
+
+    def __init__(self, app, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send)
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message], receive), send)
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                return await self._refuse(send)
+            more = message.get("more_body", False)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+    async def _refuse(self, send) -> None:
+        payload = json.dumps({"error": {
+            "message": f"request body exceeds {self.max_bytes} bytes",
+            "type": "invalid_request_error", "param": None, "code": 413}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+def _replay(messages: list[dict], receive):
+    """A ``receive`` that yields ``messages`` first, then defers to the real one (disconnects)."""
+    pending = list(messages)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+    return replayed
