@@ -83,31 +83,6 @@ def index_k_as_read(seq, layer: int, out: dict[str, torch.Tensor], deq) -> torch
     return read
 
 
-class CaptureRing:
-    """The last ``size`` captured request dumps, by request id (and room when known)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._items: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def put(self, rid: str, tensors: dict[str, torch.Tensor]) -> None:
-        if self.size <= 0:
-            return
-        with self._lock:
-            self._items[rid] = tensors
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def get(self, rid: str) -> dict[str, torch.Tensor] | None:
-        with self._lock:
-            return self._items.get(rid)
-
-    def keys(self) -> list[str]:
-        with self._lock:
-            return list(self._items)
-
-
 class BoundedMap(Generic[K, V]):
     """A thread-safe mapping that keeps its ``capacity`` most recently set keys."""
 
@@ -129,5 +104,31 @@ class BoundedMap(Generic[K, V]):
         with self._lock:
             return self._items.get(key, default)
 
+    def keys(self) -> list[K]:
+        with self._lock:
+            return list(self._items)
+
     def __len__(self) -> int:
         return len(self._items)
+
+
+class CaptureRing:
+    """The last ``size`` captured request dumps, by request id; ``size`` 0 keeps none."""
+
+    def __init__(self, size: int) -> None:
+        self._items: BoundedMap[str, dict[str, torch.Tensor]] | None = (
+            BoundedMap(size) if size > 0 else None)
+
+    @property
+    def enabled(self) -> bool:
+        return self._items is not None
+
+    def put(self, rid: str, tensors: dict[str, torch.Tensor]) -> None:
+        if self._items is not None:
+            self._items[rid] = tensors
+
+    def get(self, rid: str) -> dict[str, torch.Tensor] | None:
+        return self._items.get(rid) if self._items is not None else None
+
+    def keys(self) -> list[str]:
+        return self._items.keys() if self._items is not None else []

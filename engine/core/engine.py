@@ -2,9 +2,10 @@
 
 Thread model: ``submit`` and ``abort`` may be called from any thread; they only enqueue. The loop
 thread owns the scheduler, pools and model; it delivers ``TokenEvent``s through each request's
-sink (which must be cheap and thread-safe, e.g. ``loop.call_soon_threadsafe``). With the
-``overlap_schedule`` patch the model forward runs on a worker thread instead, one step ahead of
-the result processing (``engine.overlap``).
+sink (which must be cheap and thread-safe, e.g. ``loop.call_soon_threadsafe``). ``step`` runs
+the normal step, or with the ``overlap_schedule`` patch the overlap step: the model forward runs
+on a worker thread, one step ahead of the result processing (order and invariants in
+``engine.core.overlap``). Both share the inbox, ``poll``, ``_accept`` and ``_finish``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from engine.config import EngineConfig
 from engine.core.dump import BoundedMap, CaptureRing, snapshot_buffers
 from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon, InboxMessage
 from engine.core.model_runner import ModelRunner, StepOutput
-from engine.core.overlap import ForwardWorker, OverlapState, Resolved
+from engine.core.overlap import ForwardWorker, OverlapState
 from engine.core.scheduler import Scheduler
 from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent, TokenLogprob
 from engine.faults import FaultInjector
@@ -167,7 +168,7 @@ class Engine:
 
     def _overlap_step(self, ov: OverlapState) -> StepOutput | None:
         last = self._resolve(ov)
-        future = {s.seq: s.token for s in last.out.sampled} if last else {}
+        future = {s.seq: s.token for s in last.sampled} if last else {}
         batch = self.scheduler.schedule()
         if batch:
             if ov.worker is None:
@@ -175,7 +176,7 @@ class Engine:
             ov.inflight = ov.worker.launch(batch, self.runner.prepare(batch, future))
             ov.stats.launched += 1
             self.stats.steps += 1
-        for s in last.out.sampled if last else ():
+        for s in last.sampled if last else ():
             self._accept(s.seq, s.token, s.logprob)
         pending, ov.to_abort = ov.to_abort, []
         for seq in pending:
@@ -183,11 +184,12 @@ class Engine:
                 self._finish(seq, FinishReason.ABORT)
         if last is None and not batch:
             return None
-        return last.out if last is not None else StepOutput((), 0)
+        return last if last is not None else StepOutput((), 0)
 
     @staticmethod
-    def _resolve(ov: OverlapState) -> Resolved | None:
-        """Waits for the forward in flight; re-raises its error after forgetting it."""
+    def _resolve(ov: OverlapState) -> StepOutput | None:
+        """Waits for the forward in flight (re-raising its error after forgetting it); its
+        tokens for sequences still running, not yet processed."""
         job, ov.inflight = ov.inflight, None
         if job is None:
             return None
@@ -197,7 +199,7 @@ class Engine:
                 it.seq.num_computed = it.start + it.num_tokens
         live = tuple(s for s in out.sampled if s.seq.status is Status.RUNNING)
         ov.stats.discarded_tokens += len(out.sampled) - len(live)
-        return Resolved(job.batch, StepOutput(live, out.num_tokens))
+        return StepOutput(live, out.num_tokens)
 
     def _accept(self, seq: Sequence, token: int, logprob: TokenLogprob | None = None) -> None:
         if seq.status is not Status.RUNNING:
@@ -249,7 +251,7 @@ class Engine:
 
     def capture(self, seq: Sequence) -> None:
         """Keeps a copy of a finishing request's buffers for later dumps (engine thread)."""
-        if self.captures.size > 0 and seq.pages:
+        if self.captures.enabled and seq.pages:
             self.captures.put(seq.rid, snapshot_buffers(self, seq))
 
     def dump(self, rid: str) -> dict | None:

@@ -31,7 +31,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from engine.core.model_runner import BatchInputs, ModelRunner, StepOutput
+from engine.core.model_runner import BatchInputs, ModelRunner
 from engine.core.scheduler import Batch
 from engine.core.sequence import Sequence
 
@@ -43,14 +43,6 @@ class ForwardJob:
     batch: Batch
     inputs: BatchInputs
     result: Future  # Future[StepOutput]
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A finished forward whose results are not processed yet."""
-
-    batch: Batch
-    out: StepOutput
 
 
 @dataclass
