@@ -10,7 +10,7 @@ from parser_refs import SGLANG_VERSION, sglang_detector
 from engine.config import EngineConfig
 from engine.registry import UnknownVariantError
 from engine.text.parsers import PARSERS, get_parser
-from workbench.dsml_fuzz import CATEGORIES, fuzz_cases
+from workbench.dsml_fuzz import CATEGORIES, TOOLS, fuzz_cases
 
 TARGET = 0.995
 
@@ -39,13 +39,8 @@ def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
     assert a.rate("streamed") == 1.0 and a.chunk_dependent == 0
     sgl = get_parser("sglang")
     leaks = sum(strict.parse(c.text, None).leaked for c in cases)
-    sgl_leaks = sum(sgl.parse(c.text, list(_tools())).leaked for c in cases)
+    sgl_leaks = sum(sgl.parse(c.text, TOOLS).leaked for c in cases)
     assert leaks > 5 * max(1, sgl_leaks), (leaks, sgl_leaks)  # fail-closed mostly drops markup
-
-
-def _tools():
-    from workbench.dsml_fuzz import TOOLS
-    return TOOLS
 
 
 def test_parser_registry_is_checked_by_the_config():

@@ -117,12 +117,11 @@ def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffer
     refb = cfg if isinstance(cfg, ReferenceBuffers) else ReferenceBuffers(cfg)
     ref = refb.buffers(dump.tokens)
     rows, per_pos = [], {}
-    for key, got in sorted(dump.tensors.items(), key=lambda kv: DumpKey.parse(kv[0])):
+    for dk, key, got in sorted((DumpKey.parse(k), k, v) for k, v in dump.tensors.items()):
         want = ref[key].to(got.dtype).float()
         err = (got.float() - want).abs().flatten(1).amax(1)  # [T]
         scale = want.abs().flatten(1).amax(1).clamp_min(1e-6)
         bad = (err / scale > rtol).nonzero().flatten()
-        dk = DumpKey.parse(key)
         layer, name = dk.layer, dk.name
         per_pos[dk] = err
         rows.append({"layer": layer, "buffer": name, "max_abs": float(err.max()),

@@ -1,8 +1,8 @@
-"""OpenAI-compatible request and error models (pydantic v2) for ``/v1/chat/completions``.
+"""OpenAI-compatible request models (pydantic v2) for ``/v1/chat/completions``.
 
 Requests are strict: unknown fields, wrong JSON types and out-of-range values are rejected with a
-``ValidationError``; ``validation_error_message`` turns it into one line naming the field.
-Response bodies are modelled in ``engine.responses``.
+``ValidationError``; ``parse_chat_request`` turns it into a ``BadRequestError`` naming the field
+(``engine.serving.errors``). Response bodies are modelled in ``engine.serving.responses``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ class _Request(BaseModel):
 class _Schema(BaseModel):
     """JSON-schema fragments: known keywords are checked, other keywords are kept."""
     model_config = ConfigDict(extra="allow", strict=True)
-
 
 
 class FunctionCallIn(_Request):
@@ -93,7 +92,6 @@ class Message(_Request):
         return self
 
 
-
 class PropertySchema(_Schema):
     type: Literal["string", "integer", "number", "boolean"]
     description: str | None = None
@@ -136,7 +134,6 @@ class NamedToolChoice(_Request):
 
 class StreamOptions(_Request):
     include_usage: bool = False
-
 
 
 class ChatCompletionRequest(_Request):
@@ -248,7 +245,6 @@ class ChatCompletionRequest(_Request):
 def tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
     """The request's tools as ``ToolSpec`` (empty when no tools are declared)."""
     return [ToolSpec.from_openai(t.model_dump(exclude_none=True)) for t in req.tools or []]
-
 
 
 def parse_chat_request(raw: bytes) -> ChatCompletionRequest:

@@ -80,6 +80,27 @@ class ToolCallDelta:
 StreamEvent = ContentDelta | ToolCallDelta
 
 
+class ContentLog:
+    """A stream's emitted content and whether it holds a DSML marker, checked per append over the
+    new text plus the tail of the old (so a marker split across deltas is caught)."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._tail = ""
+        self.leaked = False
+
+    def append(self, text: str) -> bool:
+        """Adds ``text``; True when the content now holds a marker."""
+        window = self._tail + text
+        self.leaked |= has_marker(window)
+        self._tail = window[-_MARKER_TAIL:]
+        self._parts.append(text)
+        return self.leaked
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
 def arguments_json(arguments: dict) -> str:
     """The canonical JSON text of a call's arguments (what OpenAI clients receive)."""
     return json.dumps(arguments)
@@ -128,8 +149,7 @@ class StreamingDSMLDetector:
         self._buf = ""  # held text: a possible FC_OPEN prefix, or the open block's text
         self._in_block = False
         self._bad = False  # the open block is malformed; its text is passing through
-        self._tail = ""  # end of emitted content, to catch markers split across deltas
-        self._content: list[str] = []
+        self._log = ContentLog()
         self._calls: list[ToolCall] = []
         self._finished = False
         self.leaked = False
@@ -140,7 +160,7 @@ class StreamingDSMLDetector:
 
     @property
     def content(self) -> str:
-        return "".join(self._content)
+        return self._log.text()
 
     def result(self) -> ParseResult:
         """Everything emitted so far, as a ``ParseResult`` (complete after ``finish``)."""
@@ -216,10 +236,7 @@ class StreamingDSMLDetector:
     def _emit_content(self, text: str, out: list[StreamEvent]) -> None:
         if not text:
             return
-        window = self._tail + text
-        self.leaked |= has_marker(window)
-        self._tail = window[-_MARKER_TAIL:]
-        self._content.append(text)
+        self.leaked |= self._log.append(text)
         out.append(ContentDelta(text))
 
 

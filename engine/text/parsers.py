@@ -21,6 +21,7 @@ from engine.registry import Registry
 from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import (
     ContentDelta,
+    ContentLog,
     ParseResult,
     StreamEvent,
     StreamingDSMLDetector,
@@ -60,22 +61,24 @@ class PassThrough:
     """Streaming counterpart of ``parse_nothing``."""
 
     def __init__(self, tools: list[ToolSpec] | None = None) -> None:
-        self._content: list[str] = []
-        self.leaked = False
+        self._log = ContentLog()
         self.calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def leaked(self) -> bool:
+        return self._log.leaked
 
     def feed(self, delta: str) -> list[StreamEvent]:
         if not delta:
             return []
-        self._content.append(delta)
-        self.leaked = has_marker("".join(self._content))
+        self._log.append(delta)
         return [ContentDelta(delta)]
 
     def finish(self) -> list[StreamEvent]:
         return []
 
     def result(self) -> ParseResult:
-        return ParseResult("".join(self._content), (), self.leaked)
+        return ParseResult(self._log.text(), (), self.leaked)
 
 
 NO_CALLS = ToolParser("none", parse_nothing, PassThrough, "no parsing: output is content")

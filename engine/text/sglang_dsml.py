@@ -28,7 +28,14 @@ import re
 
 from engine.text import tokenizer as T
 from engine.text.chat import ToolCall, ToolSpec
-from engine.text.dsml import ContentDelta, ParseResult, StreamEvent, ToolCallDelta, tool_call_id
+from engine.text.dsml import (
+    ContentDelta,
+    ContentLog,
+    ParseResult,
+    StreamEvent,
+    ToolCallDelta,
+    tool_call_id,
+)
 from engine.text.dsml_grammar import has_marker
 
 DSML = "｜DSML｜"
@@ -137,15 +144,18 @@ class SGLangStreamParser:
         self._buf = ""
         self._started = False  # a complete invoke was seen (SGLang's current_tool_id != -1)
         self._calls: list[ToolCall] = []
-        self._content: list[str] = []
-        self.leaked = False
+        self._log = ContentLog()
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(self._calls)
 
+    @property
+    def leaked(self) -> bool:
+        return self._log.leaked
+
     def result(self) -> ParseResult:
-        return ParseResult("".join(self._content), self.calls, self.leaked)
+        return ParseResult(self._log.text(), self.calls, self.leaked)
 
     def feed(self, delta: str) -> list[StreamEvent]:
         out: list[StreamEvent] = []
@@ -194,8 +204,7 @@ class SGLangStreamParser:
 
     def _text(self, text: str, out: list[StreamEvent]) -> None:
         if text:
-            self._content.append(text)
-            self.leaked |= has_marker("".join(self._content))
+            self._log.append(text)
             out.append(ContentDelta(text))
 
     def _call(self, call: ToolCall, out: list[StreamEvent]) -> None:
