@@ -83,3 +83,8 @@ def test_attach_refuses_bad_urls_and_silent_deployments():
         attach("127.0.0.1:8000")
     with pytest.raises(LaunchError, match="not healthy"):
         attach(f"http://127.0.0.1:{free_port()}", timeout_s=1.0)
+
+
+def test_free_port_never_hands_out_a_port_twice():
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -24,10 +25,25 @@ class LaunchError(RuntimeError):
     """A server process failed to become healthy; the message names it and tails its log."""
 
 
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before by this process.
+
+    Servers are given ports before they bind, so the kernel could offer a port twice (a prefill
+    and a decode launched together then collide on bind); remembering the ports handed out rules
+    that out. Another process can still take the port before the server binds it.
+    """
+    with _HANDED_OUT_LOCK:
+        while True:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def tail(path: Path, lines: int = 30) -> str:
