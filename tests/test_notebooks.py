@@ -23,10 +23,12 @@ SMALL = {
                                   "sessions": 4, "confidence": 0.8, "max_trials": 24},
     "04_wedge_vs_corruption.py": {},
     "05_investigation_template.py": {"workload": "smoke"},
+    "06_vllm_pd_kill_storm.py": {"sessions": 8, "storm": 16},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
     "01_reproduce_corruption.py": 3, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
     "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
+    "06_vllm_pd_kill_storm.py": 3,
 }
 RENDERED = {  # text each executed report must contain
     "01_reproduce_corruption.py": "flagged (95% CI upper bound",
@@ -34,14 +36,19 @@ RENDERED = {  # text each executed report must contain
     "03_bisect_patch_series.py": "culprit patch: hicache_index_k_no_wait",
     "04_wedge_vs_corruption.py": "orphan cleanup",
     "05_investigation_template.py": "first_bad_position",
+    "06_vllm_pd_kill_storm.py": "solo reference:",
 }
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_notebook_executes_and_exports_html(tmp_path, name):
+def test_notebook_executes_and_exports_html(tmp_path, name, request):
+    if name.startswith("06"):
+        request.getfixturevalue("vllm_env")  # the real vLLM environment (make vllm-env)
     params = dict(SMALL[name])
     if name.startswith("03"):
         params["store"] = str(tmp_path / "bisect.sqlite")
+    if name.startswith("06"):
+        params["log_dir"] = str(tmp_path / "vllm-logs")
     params["findings_ledger"] = str(tmp_path / "findings.jsonl")
     html = run_report(NOTEBOOKS / name, params, tmp_path, timeout_s=900)
     text = html.read_text()

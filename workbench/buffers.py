@@ -19,6 +19,7 @@ from engine.config import EngineConfig
 from engine.core.dump import DumpKey
 from engine.model.model import load_model
 from engine.model.reference import Reference
+from workbench.backends import Capability, require
 from workbench.launch import PDPair
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> Buffe
 def dump_buffers(pair: PDPair, room: int | None = None, rid: str | None = None,
                  what=("kv", "index_k", "index_k_read"), role: str = "decode") -> BufferDump:
     """Fetches a live or captured request's buffers from the ``role`` server of ``pair``."""
+    require(pair, Capability.BUFFER_DUMPS, "dump_buffers")
     unknown = set(what) - set(WHAT)
     if unknown:
         raise ValueError(f"unknown buffer kinds {sorted(unknown)}; valid: {sorted(WHAT)}")

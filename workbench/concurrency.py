@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import polars as pl
 
+from workbench.backends import Capability, require
 from workbench.buffers import capture_name
 from workbench.launch import PDPair
 from workbench.load import LoadConfig, RequestRecord, SessionRunner
@@ -52,6 +53,7 @@ class LoadResult:
     requests: pl.DataFrame
     summary: LoadSummary
     captures: tuple[Path, ...]
+    config: LoadConfig | None = None  # what was sent (max_tokens, model, seed) for replays
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -84,8 +86,10 @@ def summarize(df: pl.DataFrame, wall_s: float) -> LoadSummary:
 
 
 def oracle_for(target) -> ReferenceOracle | None:
-    """An in-process reference matching the target's storage dtypes (PDPair targets only)."""
-    if isinstance(target, PDPair):
+    """An in-process reference matching the target's storage dtypes, for PDPair targets whose
+    backend has one (``Capability.REFERENCE``); None otherwise (``workbench.solo`` judges the
+    others against themselves)."""
+    if isinstance(target, PDPair) and Capability.REFERENCE in target.backend.capabilities:
         return ReferenceOracle(target.spec.engine_config())
     return None
 
@@ -138,7 +142,10 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     Flagged requests have their buffers dumped into ``capture_dir`` (PDPair targets).
     """
     cfg = LoadConfig(sessions, turns, kill_fraction, duration_s, seed, max_tokens,
-                     kill_window_s=kill_window_s, logprobs=_needs_logprobs(target))
+                     kill_window_s=kill_window_s, logprobs=_needs_logprobs(target),
+                     model=target.model if isinstance(target, PDPair) else None)
+    if capture_dir and isinstance(target, PDPair):
+        require(target, Capability.BUFFER_DUMPS, "inject_concurrency(capture_dir=...)")
     ref = oracle_for(target) if oracle is True else (oracle or None)
     out = Path(capture_dir) if capture_dir else None
     if out:
@@ -151,7 +158,7 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
                       infer_schema_length=None)
     if len(df):
         df = df.sort(["session", "turn", "kind"])
-    return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files))
+    return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files), cfg)
 
 
 def _needs_logprobs(target) -> bool:
@@ -159,6 +166,8 @@ def _needs_logprobs(target) -> bool:
     others (an attached deployment, a bare URL) they are recovered from ``logprobs``."""
     if not isinstance(target, PDPair) or target.router.proc is None:
         return True
+    if target.backend.name != "embedded":  # vLLM and vllm-router pass return_token_ids on
+        return Capability.TOKEN_IDS not in target.backend.capabilities
     return not ROUTERS.get(target.spec.router).forwards_token_ids
 
 

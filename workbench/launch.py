@@ -9,20 +9,23 @@ from ``workbench.routers.ROUTERS`` (``"embedded"``: ours; ``"sglang"``: SGLang's
 
 from __future__ import annotations
 
-import json
 import logging
 import shlex
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from engine.config import EngineConfig
+from workbench import vllm
+from workbench.backends import BACKENDS
+from workbench.pair import LaunchSpec, PDPair
 from workbench.process import ServerProcess
 from workbench.routers import ROUTERS, RouterArgs
+
+__all__ = ["EMBEDDED", "LaunchSpec", "PDPair", "TemplateBackend", "attach", "launch_pd_pair"]
 
 log = logging.getLogger(__name__)
 
@@ -48,83 +51,6 @@ EMBEDDED = TemplateBackend(
 )
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What to launch. ``engine`` holds EngineConfig overrides (validated before launching)."""
-
-    patches: tuple[str, ...] = ()
-    engine: dict = field(default_factory=dict)
-    faults: dict = field(default_factory=dict)
-    num_prefill: int = 1
-    num_decode: int = 1
-    seed: int = 0
-    debug_token: str = "pdwb-debug"
-    decode_args: tuple[str, ...] = ()
-    template_vars: dict = field(default_factory=dict)
-    router: str = "embedded"
-
-    def __post_init__(self) -> None:
-        self.engine_config()  # raises ConfigError / UnknownVariantError early
-        ROUTERS.get(self.router)
-        if self.num_prefill < 1 or self.num_decode < 1:
-            raise ValueError("need at least one prefill and one decode server")
-
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig.from_dict({**self.engine, "patches": frozenset(self.patches),
-                                       "faults": self.faults})
-
-    def engine_args(self) -> str:
-        sets = [f"{k}={json.dumps(v)}" for k, v in self.engine.items()]
-        if self.patches:
-            sets.append("patches=" + ",".join(self.patches))
-        if self.faults:
-            sets.append("faults=" + json.dumps(self.faults))
-        out = "--debug-token " + shlex.quote(self.debug_token)
-        return out + (" --set " + " ".join(shlex.quote(s) for s in sets) if sets else "")
-
-
-@dataclass(eq=False)
-class PDPair:
-    """A running deployment: ``url`` is the router's OpenAI base URL (without /v1)."""
-
-    spec: LaunchSpec
-    prefill: list[ServerProcess]
-    decode: list[ServerProcess]
-    router: ServerProcess
-    log_dir: Path
-
-    @property
-    def url(self) -> str:
-        return self.router.url
-
-    def servers(self) -> list[ServerProcess]:
-        return [*self.prefill, *self.decode, self.router]
-
-    def debug(self, path: str, server: ServerProcess | None = None, **params) -> dict:
-        """GET a debug route (JSON) on ``server`` (default: the first decode server)."""
-        srv = server or self.decode[0]
-        r = httpx.get(srv.url + path, params=params, timeout=30,
-                      headers={"x-debug-token": self.spec.debug_token})
-        r.raise_for_status()
-        return r.json()
-
-    def debug_bytes(self, path: str, server: ServerProcess, **params) -> bytes:
-        r = httpx.get(server.url + path, params=params, timeout=60,
-                      headers={"x-debug-token": self.spec.debug_token})
-        r.raise_for_status()
-        return r.content
-
-    def close(self) -> None:
-        for srv in reversed(self.servers()):
-            srv.stop()
-
-    def __enter__(self) -> PDPair:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
 def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str) -> ServerProcess:
     srv = ServerProcess(name, [], log_dir, health=health, format_argv=False)
     srv.argv = shlex.split(template.format(port=srv.port, host=srv.host, **fill))
@@ -133,21 +59,36 @@ def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str) -> S
 
 def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | None = None,
                    num_prefill: int = 1, num_decode: int = 1, seed: int = 0,
-                   backend: TemplateBackend = EMBEDDED, router: str = "embedded",
+                   backend: str | TemplateBackend = "embedded", router: str = "embedded",
                    log_dir: str | Path | None = None, decode_args: tuple[str, ...] = (),
-                   timeout_s: float = 180.0) -> PDPair:
-    """Starts prefill(s), decode(s) and the ``router`` named (``ROUTERS``); returns once all
-    are healthy and the router is ready.
+                   vllm_options: vllm.VllmOptions | None = None,
+                   timeout_s: float | None = None) -> PDPair:
+    """Starts prefill(s), decode(s) and a router; returns once all are healthy and ready.
 
+    ``backend``: ``"embedded"`` (our engine; ``router`` names one of ``ROUTERS``; ``patches``,
+    ``engine`` and ``faults`` configure it), ``"vllm"`` (real vLLM servers over NIXL behind
+    vllm-router, see ``workbench.vllm``; those three must be empty), or a ``TemplateBackend``.
     Raises ``workbench.process.LaunchError`` naming the process (with its log tail) on failure;
     whatever did start is stopped first.
     """
+    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-"))
+    if backend == "vllm":
+        if patches or engine or faults or decode_args or router != "embedded":
+            raise ValueError("the vllm backend takes no patches, engine options, faults, "
+                             "decode_args or router choice (see workbench.backends.Capability)")
+        return _launch_vllm(num_prefill, num_decode, seed, log_dir,
+                            vllm_options or vllm.VllmOptions(), timeout_s or 420.0)
+    if isinstance(backend, str):
+        info = BACKENDS.get(backend)  # unknown names list the valid ones
+        if info.name != "embedded":
+            raise ValueError(f"backend {info.name!r} cannot be launched; use attach(url)")
+        backend = EMBEDDED
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}), num_prefill,
                       num_decode, seed, decode_args=tuple(decode_args), router=router)
     kind = ROUTERS.get(router)
-    log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-"))
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
+    timeout_s = timeout_s or 180.0
     try:
         prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health)
                    for i in range(num_prefill)]
@@ -161,27 +102,59 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
                                           tuple(s.url for s in decode), seed))
-        started.append(front.start())
-        _wait_all([front], timeout_s)
+        _start_and_wait([front], started, timeout_s)
     except BaseException:
-        for srv in started:
-            srv.stop()
+        _stop(started)
         raise
     log.info("PD pair up: %s router %s, logs in %s", router, front.url, log_dir)
     return PDPair(spec, prefill, decode, front, log_dir)
 
 
+def _launch_vllm(num_prefill: int, num_decode: int, seed: int, log_dir: Path,
+                 opts: vllm.VllmOptions, timeout_s: float) -> PDPair:
+    prefill = [vllm.server(f"prefill{i}", log_dir, opts, seed) for i in range(num_prefill)]
+    decode = [vllm.server(f"decode{i}", log_dir, opts, seed) for i in range(num_decode)]
+    started: list[ServerProcess] = []
+    try:
+        _start_and_wait([*prefill, *decode], started, timeout_s)
+        _start_and_wait([vllm.router(log_dir, prefill, decode)], started, timeout_s)
+    except BaseException:
+        _stop(started)
+        raise
+    spec = LaunchSpec(num_prefill=num_prefill, num_decode=num_decode, seed=seed)
+    log.info("vLLM PD pair up: router %s, logs in %s", started[-1].url, log_dir)
+    return PDPair(spec, prefill, decode, started[-1], log_dir, BACKENDS.get("vllm"),
+                  vllm.SERVED_MODEL)
+
+
+def _start_and_wait(servers: list[ServerProcess], started: list[ServerProcess],
+                    timeout_s: float) -> None:
+    for srv in servers:
+        started.append(srv.start())
+    _wait_all(servers, timeout_s)
+
+
+def _stop(servers: list[ServerProcess]) -> None:
+    for srv in reversed(servers):
+        srv.stop()
+
+
 def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
-           decode: tuple[str, ...] | list[str] = (), patches=(), engine: dict | None = None,
-           faults: dict | None = None, debug_token: str = "pdwb-debug",
+           decode: tuple[str, ...] | list[str] = (), backend: str = "embedded", patches=(),
+           engine: dict | None = None, faults: dict | None = None,
+           debug_token: str = "pdwb-debug", model: str | None = None,
            log_dir: str | Path | None = None, timeout_s: float = 10.0) -> PDPair:
     """A ``PDPair`` handle on a deployment that is already running at ``url`` (its router).
 
-    Nothing is launched and ``close()`` stops nothing. ``prefill``/``decode`` name the servers
-    behind the router (needed by probes that read their debug routes or dumps); ``patches``,
-    ``engine`` and ``faults`` describe what they run (for the in-process reference). Raises
-    ``LaunchError`` when ``url`` does not answer ``/health`` within ``timeout_s``.
+    Nothing is launched and ``close()`` stops nothing. ``backend`` says what the servers are:
+    ``"embedded"`` (ours: debug routes, dumps, in-process reference), ``"vllm"``, or
+    ``"openai"`` (anything else speaking the chat API, e.g. a GPU cluster's router). ``prefill``/
+    ``decode`` name the servers behind the router (for probes reading their debug routes, dumps
+    or metrics); ``model`` is the name requests carry; ``patches``, ``engine`` and ``faults``
+    describe what ours run (for the in-process reference). Raises ``LaunchError`` when ``url``
+    does not answer ``/health`` in ``timeout_s``.
     """
+    info = BACKENDS.get(backend)
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}),
                       max(1, len(prefill)), max(1, len(decode)), debug_token=debug_token)
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-attach-"))
@@ -189,7 +162,7 @@ def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
     _wait_all([router], timeout_s)
     return PDPair(spec, [_running(f"prefill{i}", u, log_dir) for i, u in enumerate(prefill)],
                   [_running(f"decode{i}", u, log_dir) for i, u in enumerate(decode)], router,
-                  log_dir)
+                  log_dir, info, model)
 
 
 def _running(name: str, url: str, log_dir: Path) -> ServerProcess:

@@ -49,14 +49,20 @@ class RequestRecord:
     token_ids: list[int] | None = None
     token_texts: list[str] = field(default_factory=list)  # from logprobs, when ids are not sent
     prompt_ids: list[int] | None = None
+    messages: list[dict] = field(default_factory=list)  # the request's messages, for replays
+    tools: list[dict] = field(default_factory=list)
     dsml_leaked: bool | None = None
     error: str = ""
     verdict: Verdict | None = None
 
     def row(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
-               if k not in ("verdict", "tool_calls", "token_ids", "token_texts", "prompt_ids")}
+               if k not in ("verdict", "tool_calls", "token_ids", "token_texts", "prompt_ids",
+                            "messages", "tools")}
         out["tool_calls"] = json.dumps(self.tool_calls)
+        out["messages"] = json.dumps(self.messages)
+        out["tools"] = json.dumps(self.tools)
+        out["token_ids"] = json.dumps(self.token_ids)
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
                     ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",
@@ -77,6 +83,7 @@ class LoadConfig:
     request_timeout_s: float = 180.0
     kill_window_s: float = 1.5  # a killed request is cancelled at uniform(0, window) seconds
     logprobs: bool = False  # also ask for logprobs (token ids through routers that drop ours)
+    model: str | None = None  # sent as the request's "model" (servers such as vLLM require it)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kill_fraction <= 1.0 or self.sessions < 1 or self.turns < 1:
@@ -126,11 +133,24 @@ def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> boo
             fn = tc.get("function", {})
             call["name"] += fn.get("name") or ""
             call["arguments"] += fn.get("arguments") or ""
+        if choice.get("token_ids"):  # per chunk: the ids generated since the previous one
+            rec.token_ids = (rec.token_ids or []) + list(choice["token_ids"])
         if choice.get("finish_reason"):
             rec.finish_reason = choice["finish_reason"]
             rec.dsml_leaked = choice.get("dsml_leaked")
-            rec.token_ids = choice.get("token_ids")
     return carried
+
+
+def chat_body(cfg: LoadConfig, messages: list[dict], tools: list[dict], seed: int,
+              stream: bool = True) -> dict:
+    """The request body every probe sends: greedy, seeded, asking for token ids."""
+    body = {"messages": messages, "tools": tools, "max_tokens": cfg.max_tokens,
+            "temperature": 0.0, "stream": stream, "return_token_ids": True, "seed": seed}
+    if cfg.logprobs:
+        body["logprobs"] = True
+    if cfg.model is not None:
+        body["model"] = cfg.model
+    return body
 
 
 class SessionRunner:
@@ -163,11 +183,9 @@ class SessionRunner:
             messages.append({"role": "assistant", "content": rec.content})
 
     async def request(self, client, messages, turn, kind, expected) -> RequestRecord:
-        rec = RequestRecord(self.session, turn, kind)
-        body = {"messages": messages, "tools": self.tools, "max_tokens": self.cfg.max_tokens,
-                "stream": True, "return_token_ids": True, "seed": self.session}
-        if self.cfg.logprobs:
-            body["logprobs"] = True
+        rec = RequestRecord(self.session, turn, kind, messages=json.loads(json.dumps(messages)),
+                            tools=self.tools)
+        body = chat_body(self.cfg, messages, self.tools, self.session)
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
         if self.oracle is not None:

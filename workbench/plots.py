@@ -121,3 +121,19 @@ def plot_trial_timeline(history: pl.DataFrame):
     twin.set_ylim(0, 1.02)
     fig.tight_layout()
     return fig
+
+
+def plot_metrics(series: pl.DataFrame, names: tuple[str, ...]):
+    """One panel per metric name: its value over time, a line per server role."""
+    fig, axes = plt.subplots(len(names), 1, figsize=(9, 2.2 * len(names)), sharex=True,
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        for (role,), g in series.filter(pl.col("name") == name).group_by("role",
+                                                                          maintain_order=True):
+            g = g.group_by("t_s").agg(pl.col("value").sum()).sort("t_s")
+            ax.step(g["t_s"], g["value"], where="post", label=role)
+        ax.set_ylabel(name.split(":")[-1], fontsize=8)
+        ax.legend(fontsize=8, loc="upper right")
+    axes[-1, 0].set_xlabel("seconds")
+    fig.tight_layout()
+    return fig

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import httpx
 import polars as pl
 
+from workbench.backends import Capability, require
 from workbench.launch import PDPair
 
 QUEUE_SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "queue": pl.Utf8, "entries": pl.Int64,
@@ -44,6 +45,7 @@ class QueueSampler:
     _thread: threading.Thread | None = None
 
     def __enter__(self) -> QueueSampler:
+        require(self.pair, Capability.DEBUG_QUEUES, "QueueSampler")
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="queue-sampler")
         self._thread.start()

@@ -2,7 +2,8 @@
 
 Responses follow the OpenAI schema plus two extensions the official ``openai`` SDK keeps as
 extra fields: a per-choice ``dsml_leaked`` flag and, when a request sets ``return_token_ids``,
-the raw completion ``token_ids``.  Fields listed in a model's ``_omit_none`` are left out of the
+the raw completion ``token_ids`` (in a stream, each chunk carries the ids generated since the
+previous one, as vLLM does).  Fields listed in a model's ``_omit_none`` are left out of the
 serialized body while ``None`` (OpenAI omits them too); every other field is always present.
 """
 

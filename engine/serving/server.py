@@ -238,13 +238,16 @@ class ChatServer:
                      logprobs: bool = False):
         det = self._parser(gen).streamer(gen.plan.tools or None)
         base = {"id": completion_id(gen.rid), "created": int(gen.created), "model": MODEL_NAME}
-        sent = 0  # logprob entries already attached to a chunk
+        sent = ids_sent = 0  # logprob entries / token ids already attached to a chunk
 
         def chunk(delta: Delta, finish: FinishReasonOut | None = None, **extra) -> str:
-            nonlocal sent
+            nonlocal sent, ids_sent
             if logprobs and len(gen.logprobs) > sent:
                 extra["logprobs"] = choice_logprobs(self.engine.tokenizer, gen.logprobs[sent:])
                 sent = len(gen.logprobs)
+            if gen.want_token_ids and len(gen.tokens) > ids_sent:  # per delta, as vLLM does
+                extra["token_ids"] = gen.tokens[ids_sent:]
+                ids_sent = len(gen.tokens)
             choice = ChunkChoice(delta=delta, finish_reason=finish, **extra)
             return ChatCompletionChunk(**base, choices=[choice]).sse()
 
@@ -258,8 +261,7 @@ class ChatServer:
         for d in det.finish():
             yield chunk(self._delta(d))
         self._count_leak(det.leaked)
-        yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked,
-                    token_ids=gen.tokens if gen.want_token_ids else None)
+        yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
         if include_usage:
             yield ChatCompletionChunk(**base, choices=[], usage=usage(gen)).sse()
         yield "data: [DONE]\n\n"

@@ -101,7 +101,8 @@ class Transcript:
             msgs.append({"role": "user", "content": r.ask})
             if upto_round is not None and i == upto_round:
                 return msgs
-            msgs.append({"role": "assistant", "content": "", "tool_calls": [_openai_call(r.call)]})
+            msgs.append({"role": "assistant", "content": "",
+                         "tool_calls": [_openai_call(r.call, f"call_{len(msgs)}")]})
             msgs.append({"role": "tool", "content": r.result})
             msgs.append({"role": "assistant", "content": r.answer})
         return msgs
@@ -110,8 +111,8 @@ class Transcript:
         return render_prompt(self.messages(), list(self.tools), add_generation_prompt=False)
 
 
-def _openai_call(call: ToolCall) -> dict:
-    return {"type": "function", "function": {"name": call.name,
+def _openai_call(call: ToolCall, call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": call.name,
                                              "arguments": json.dumps(call.arguments)}}
 
 

@@ -60,11 +60,13 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
 
 
 def train(steps: int, seed: int, batch: int, lr: float, dense_frac: float,
-          cfg: ModelConfig, checkpoint: Path | None = None) -> tuple[TinyDeepSeek, dict]:
+          cfg: ModelConfig, checkpoint: Path | None = None,
+          model: torch.nn.Module | None = None) -> tuple[torch.nn.Module, dict]:
+    """Trains ``model`` (default: a fresh ``TinyDeepSeek(cfg)``) on seeded transcripts."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     tk = T.Tokenizer()
-    model = TinyDeepSeek(cfg)
+    model = model if model is not None else TinyDeepSeek(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     t0, history = time.time(), []
     for step in range(steps):
@@ -88,7 +90,7 @@ def train(steps: int, seed: int, batch: int, lr: float, dense_frac: float,
     return model.eval(), meta
 
 
-def save(model: TinyDeepSeek, meta: dict, out: Path) -> None:
+def save(model: torch.nn.Module, meta: dict, out: Path) -> None:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -96,6 +98,27 @@ def save(model: TinyDeepSeek, meta: dict, out: Path) -> None:
     save_file(state, str(out / "model.safetensors"))
     (out / "config.json").write_text(json.dumps(model.cfg.to_dict(), indent=1))
     (out / "train_meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def train_llama(args) -> None:
+    """The Llama real engines serve: warm-started from ``--init`` (a tiny-DeepSeek folder) or
+    fresh, trained dense, exported as a Hugging Face folder (``engine.training.hf``)."""
+    from engine.model.model import load_model
+    from engine.training.hf import export
+    from engine.training.llama import TinyLlama, from_deepseek
+
+    cfg = ModelConfig()
+    if args.init is not None:
+        model = from_deepseek(load_model(args.init / "model.safetensors"))
+    else:
+        torch.manual_seed(args.seed)
+        model = TinyLlama(cfg)
+    model, meta = train(args.steps, args.seed, args.batch, args.lr, 0.0, cfg, args.checkpoint,
+                        model=model)
+    meta = {**meta, "arch": "llama", "init": str(args.init) if args.init else None}
+    meta.pop("dense_frac")
+    export(model, meta, args.out)
+    log.info("exported %s (%d params, %.0fs)", args.out, meta["params"], meta["train_seconds"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -108,9 +131,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("data/model"))
     ap.add_argument("--checkpoint", type=Path, default=None, help="folder for periodic saves")
+    ap.add_argument("--arch", choices=("deepseek", "llama"), default="deepseek",
+                    help="llama: a Hugging Face Llama for real engines (train_llama)")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="llama: warm-start from this tiny-DeepSeek model folder")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)
+    if args.arch == "llama":
+        train_llama(args)
+        return
     model, meta = train(args.steps, args.seed, args.batch, args.lr, args.dense_frac, ModelConfig(),
                         args.checkpoint)
     save(model, meta, args.out)

@@ -1,0 +1,152 @@
+"""Observation from Prometheus ``/metrics``: for engines without our debug routes (vLLM).
+
+``scrape(url)`` parses one exposition with ``prometheus_client``'s parser into ``Sample`` rows.
+``MetricsSampler(pair)`` samples every server of a pair on a thread into a polars time series
+(``t_s, role, server, name, labels, value``). ``drain_check(pair, baseline)`` waits for the
+servers to settle after load and reports every gauge that did not return to its baseline: running
+and waiting requests to 0, KV-cache usage to where it started.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import polars as pl
+from prometheus_client.parser import text_string_to_metric_families
+
+from workbench.backends import Capability, require
+from workbench.pair import PDPair
+
+log = logging.getLogger(__name__)
+SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "server": pl.Utf8, "name": pl.Utf8,
+          "labels": pl.Utf8, "value": pl.Float64}
+
+# Gauges that must come back after a drain: (metric name, value it must return to; None: to the
+# baseline sampled before the load). vLLM 0.32 names, per server.
+DRAIN_GAUGES: tuple[tuple[str, float | None], ...] = (
+    ("vllm:num_requests_running", 0.0),
+    ("vllm:num_requests_waiting", 0.0),
+    ("vllm:kv_cache_usage_perc", None),
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> list[Sample]:
+    """Every sample of ``url``/metrics (histogram buckets included), parsed by prometheus_client."""
+    text = httpx.get(url.rstrip("/") + "/metrics", timeout=timeout_s).text
+    return [Sample(s.name, dict(s.labels), float(s.value))
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def _servers(pair: PDPair) -> list[tuple[str, str]]:
+    return [*(("prefill", s.url) for s in pair.prefill), *(("decode", s.url) for s in pair.decode)]
+
+
+def snapshot(pair: PDPair, t_s: float = 0.0, names: set[str] | None = None) -> list[dict]:
+    """One row per sample of every prefill and decode server (only ``names`` when given)."""
+    rows = []
+    for role, url in _servers(pair):
+        try:
+            samples = scrape(url)
+        except httpx.HTTPError as exc:
+            log.warning("metrics of %s %s unreadable: %s", role, url, exc)
+            continue
+        rows += [{"t_s": t_s, "role": role, "server": url, "name": s.name,
+                  "labels": json.dumps(s.labels, sort_keys=True), "value": s.value}
+                 for s in samples if names is None or s.name in names]
+    return rows
+
+
+def frame(rows: list[dict]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+@dataclass(eq=False)
+class MetricsSampler:
+    """Samples ``pair``'s metrics every ``interval_s`` on a thread (``with MetricsSampler(pair)``);
+    ``frame()`` returns the series. ``names`` limits what is kept (default: everything)."""
+
+    pair: PDPair
+    interval_s: float = 0.5
+    names: set[str] | None = None
+    rows: list[dict] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> MetricsSampler:
+        require(self.pair, Capability.METRICS, "MetricsSampler")
+        t0 = time.monotonic()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.rows += snapshot(self.pair, time.monotonic() - t0, self.names)
+                self._stop.wait(self.interval_s)
+
+        self._thread = threading.Thread(target=loop, daemon=True, name="metrics-sampler")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def frame(self) -> pl.DataFrame:
+        return frame(list(self.rows))
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A gauge that did not settle: where it stood, where it had to return."""
+
+    role: str
+    server: str
+    name: str
+    value: float
+    expected: float
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    settled: bool
+    waited_s: float
+    leftovers: tuple[Leftover, ...]
+    last: pl.DataFrame  # the final snapshot of the drain gauges
+
+
+def gauges(pair: PDPair) -> pl.DataFrame:
+    """The drain gauges of every server now (``baseline`` for ``drain_check``)."""
+    require(pair, Capability.METRICS, "gauges")
+    return frame(snapshot(pair, 0.0, {n for n, _ in DRAIN_GAUGES}))
+
+
+def drain_check(pair: PDPair, baseline: pl.DataFrame, timeout_s: float = 30.0,
+                tolerance: float = 1e-9) -> DrainReport:
+    """Polls until every drain gauge is back (running/waiting 0, KV usage at ``baseline``) or
+    ``timeout_s`` passes; reports each gauge that stayed."""
+    require(pair, Capability.METRICS, "drain_check")
+    base = {(r["server"], r["name"]): r["value"] for r in baseline.iter_rows(named=True)}
+    t0 = time.monotonic()
+    while True:
+        now = gauges(pair)
+        left = []
+        for r in now.iter_rows(named=True):
+            want = dict(DRAIN_GAUGES)[r["name"]]
+            want = base.get((r["server"], r["name"]), 0.0) if want is None else want
+            if abs(r["value"] - want) > tolerance:
+                left.append(Leftover(r["role"], r["server"], r["name"], r["value"], want))
+        waited = time.monotonic() - t0
+        if not left or waited > timeout_s:
+            return DrainReport(not left, round(waited, 2), tuple(left), now)
+        time.sleep(0.5)
