@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def server_env(log_dir: Path) -> dict[str, str]:
     return {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port()), "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "VLLM_CACHE_ROOT": str(log_dir / "vllm-cache"),
-            "VLLM_RPC_BASE_PATH": str(log_dir / "vllm-rpc"), "VLLM_NO_USAGE_STATS": "1",
+            # ZMQ ipc paths must fit sockaddr_un (107 bytes): a short folder, not the log's
+            "VLLM_RPC_BASE_PATH": tempfile.mkdtemp(prefix="pdwb-rpc-"), "VLLM_NO_USAGE_STATS": "1",
             "VLLM_LOGGING_LEVEL": "INFO", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "OMP_NUM_THREADS": "1"}
 
@@ -80,7 +82,6 @@ def server(name: str, log_dir: Path, opts: VllmOptions, seed: int) -> ServerProc
     """An unstarted vLLM OpenAI server (prefill or decode: with NIXL both are ``kv_both``)."""
     py = str(vllm_python())
     srv = ServerProcess(name, [], log_dir, format_argv=False, env=server_env(log_dir))
-    (log_dir / "vllm-rpc").mkdir(parents=True, exist_ok=True)
     srv.argv = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(opts.model_dir),
                 "--served-model-name", SERVED_MODEL, "--host", srv.host, "--port", str(srv.port),
                 "--enforce-eager", "--max-model-len", str(opts.max_model_len),
