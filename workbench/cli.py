@@ -33,17 +33,20 @@ def _pair_from_state(path: str):
     st = json.loads(Path(path).read_text())
     return attach(st["router"], prefill=st["prefill"], decode=st["decode"],
                   patches=st["patches"], engine=st["engine"], faults=st["faults"],
-                  log_dir=st["log_dir"])
+                  log_dir=st["log_dir"], backend=st.get("backend", "embedded"),
+                  model=st.get("model"))
 
 
 def cmd_up(args) -> None:
     from workbench.launch import launch_pd_pair
 
     pair = launch_pd_pair(patches=_names(args.patches), engine=parse_overrides(args.engine),
-                          faults=json.loads(args.faults), seed=args.seed, router=args.router)
+                          faults=json.loads(args.faults), seed=args.seed, router=args.router,
+                          backend=args.backend)
     state = {"router": pair.url, "prefill": [s.url for s in pair.prefill],
              "decode": [s.url for s in pair.decode], "patches": list(pair.spec.patches),
-             "engine": pair.spec.engine, "faults": pair.spec.faults, "log_dir": str(pair.log_dir)}
+             "engine": pair.spec.engine, "faults": pair.spec.faults, "log_dir": str(pair.log_dir),
+             "backend": pair.backend.name, "model": pair.model}
     Path(args.state).parent.mkdir(parents=True, exist_ok=True)
     Path(args.state).write_text(json.dumps(state, indent=1))
     log.info("PD pair up at %s; state in %s; Ctrl-C stops it", pair.url, args.state)
@@ -172,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--faults", default="{}")
     up.add_argument("--seed", type=int, default=0)
     up.add_argument("--router", default="embedded", help="embedded (ours) or sglang")
+    up.add_argument("--backend", default="embedded",
+                    help="embedded (our engine) or vllm (real vLLM over NIXL, make vllm-env)")
     up.add_argument("--hold-s", type=float, default=0.0, help="stop after this long (0: never)")
     load = sub.add_parser("load")
     load.add_argument("--state")
