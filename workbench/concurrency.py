@@ -25,7 +25,7 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "e2e_s": pl.Float64, "finish_reason": pl.Utf8, "dsml_leaked": pl.Boolean,
           "v_leaked": pl.Boolean, "v_dropped": pl.Boolean, "v_well_formed": pl.Boolean,
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
-          "v_first_diff": pl.Int64}
+          "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean}
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class LoadSummary:
     leaked: int
     ref_mismatch: int
     dropped: int
+    aborted: int
     corrupt_leaks: int
     flag_rate: float
     flag_rate_ci: tuple[float, float]
@@ -79,6 +80,7 @@ def summarize(df: pl.DataFrame, wall_s: float) -> LoadSummary:
         leaked=int(done["v_leaked"].sum()) if len(done) else 0,
         ref_mismatch=int((done["v_ref_match"] == False).sum()) if len(done) else 0,  # noqa: E712
         dropped=int(done["v_dropped"].sum()) if len(done) else 0,
+        aborted=int(done["v_aborted"].sum()) if len(done) else 0,
         corrupt_leaks=int(done["corrupt_leak"].sum()) if len(done) else 0,
         flag_rate=flagged / len(done) if len(done) else 0.0,
         flag_rate_ci=wilson(flagged, len(done)), median_ttft_s=med("ttft_s"),

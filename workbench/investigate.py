@@ -209,8 +209,9 @@ def rates_table(reps: Sequence[Reproduction]) -> pl.DataFrame:
 
 def flagged_requests(rep: Reproduction) -> pl.DataFrame:
     """The flagged rows, with what the oracle saw (content, first differing token, verdicts)."""
-    cols = ["seed", "session", "turn", "kind", "room", "content", "v_first_diff", "v_leaked",
-            "v_dropped", "v_well_formed", "v_ref_match"]
+    cols = ["seed", "session", "turn", "kind", "room", "finish_reason", "content",
+            "v_first_diff", "v_leaked", "v_dropped", "v_well_formed", "v_ref_match",
+            "v_oracle_error"]
     return rep.requests.filter(pl.col("flagged")).select(cols)
 
 

@@ -66,7 +66,7 @@ class RequestRecord:
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
                     ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",
-                     "first_diff")})
+                     "first_diff", "oracle_error", "aborted")})
         out["flagged"] = bool(v and v.flagged)
         out["corrupt_leak"] = bool(v and v.leaked and v.ref_match is False)
         return out
@@ -188,8 +188,12 @@ class SessionRunner:
         body = chat_body(self.cfg, messages, self.tools, self.session)
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
+        oracle_error = ""
         if self.oracle is not None:
-            rec.prompt_ids = self.oracle.prompt_ids(messages, self.tools)
+            try:
+                rec.prompt_ids = self.oracle.prompt_ids(messages, self.tools)
+            except Exception as exc:  # noqa: BLE001 - an oracle failure flags this request only
+                oracle_error = f"{type(exc).__name__}: {exc}"[:300]
         try:
             await asyncio.wait_for(stream_chat(client, self.url, body, rec), timeout=kill_at)
         except (TimeoutError, asyncio.TimeoutError):
@@ -198,10 +202,13 @@ class SessionRunner:
             rec.error = f"{type(exc).__name__}: {exc}"[:500]
         if not rec.killed and rec.status == 200 and not rec.error:
             ref = None
-            if self.oracle is not None:
-                ref = await asyncio.to_thread(self.oracle.expected, rec.prompt_ids,
-                                              self.cfg.max_tokens)
+            if self.oracle is not None and not oracle_error:
+                try:
+                    ref = await asyncio.to_thread(self.oracle.expected, rec.prompt_ids,
+                                                  self.cfg.max_tokens)
+                except Exception as exc:  # noqa: BLE001 - flags this request, the run goes on
+                    oracle_error = f"{type(exc).__name__}: {exc}"[:300]
             rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
-                                rec.token_ids, ref)
+                                rec.token_ids, ref, oracle_error, rec.finish_reason)
         self.sink(rec)
         return rec

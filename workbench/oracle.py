@@ -4,8 +4,9 @@ Verdicts: ``leaked`` (DSML markup in content), ``dropped`` (a call was expected 
 nor any markup came back: a fail-closed parser swallowed corrupted markup), ``well_formed`` (exactly
 one structured call where one was expected), ``tool_ok`` / ``args_ok`` (against the transcript), and
 ``ref_match``: the completion's token ids equal a single-request greedy reference computed in-
-process with the same storage dtypes (valid when the server runs batch-invariant greedy with the
-torch kernels).
+process with the same storage dtypes by the cache-free ``Reference`` (valid when the server runs
+batch-invariant greedy with the torch kernels). ``oracle_error``: the reference itself failed
+for this request (the request is flagged; the run goes on).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.core.sequence import SamplingParams, Sequence
+from engine.model.model import load_model
+from engine.model.reference import Reference
 from engine.serving.generation import plan_prompt
 from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import LEAK_MARKERS
+from engine.text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,13 @@ class Verdict:
     ref_match: bool | None
     first_diff: int | None
     dropped: bool = False
+    oracle_error: str = ""  # the reference failed for this request (a flag, not a crash)
+    aborted: bool = False  # the server ended it with finish_reason "abort" (not compared)
 
     @property
     def flagged(self) -> bool:
-        return (self.leaked or self.dropped or self.ref_match is False
-                or self.well_formed is False)
+        return (self.leaked or self.dropped or self.ref_match is False or self.aborted
+                or self.well_formed is False or bool(self.oracle_error))
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -46,39 +51,52 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 class ReferenceOracle:
-    """Greedy single-request references from an in-process engine; cached by prompt ids."""
+    """Greedy single-request references, independent of the serving code under test.
+
+    Tokens come from ``engine.model.reference.Reference``: the model's math over contiguous
+    per-position buffers, with no pages, no scheduler, no chunking, no radix or HiCache, no
+    transfer; only the storage rounding (KV dtype, index-K quantization) of ``cfg`` is emulated,
+    so with batch-invariant greedy and the torch kernels a correct server's tokens are equal.
+    A bug in the engine's scheduler, pools or caches is therefore not shared by the oracle.
+    Results are cached by (prompt, max_tokens); thread-safe.
+    """
 
     def __init__(self, cfg: EngineConfig) -> None:
         base = cfg.replace(patches=frozenset(), hicache=False, faults={}, debug_capture=0,
                            kernels="torch", batch_invariant=True, prefix_cache=False)
-        self.engine = Engine(base)
+        model = load_model(Path(base.model_dir) / "model.safetensors")
+        self.reference = Reference(model, base)
+        self.tokenizer = Tokenizer()
         self._cache: dict[tuple[tuple[int, ...], int], list[int]] = {}
         self._lock = threading.Lock()
 
     def prompt_ids(self, messages: list[dict], tools: list[dict], tool_choice=None) -> list[int]:
         specs = [ToolSpec.from_openai(t) for t in tools]
-        return plan_prompt(self.engine, messages, specs, tool_choice).ids
+        return plan_prompt(self.tokenizer, messages, specs, tool_choice).ids
 
     def expected(self, prompt: list[int], max_tokens: int) -> list[int]:
         key = (tuple(prompt), max_tokens)
         with self._lock:
             if key not in self._cache:
-                seq = Sequence(f"ref-{len(self._cache)}", list(prompt),
-                               SamplingParams(max_tokens=max_tokens))
-                self.engine.submit(seq)
-                self.engine.run_until_idle()
-                self._cache[key] = list(seq.output)
+                self._cache[key] = self.reference.generate(list(prompt), max_tokens,
+                                                           self.tokenizer.eos_id)
             return self._cache[key]
 
 
 def judge(content: str | None, calls: list[dict], leaked_flag: bool | None,
           expected: ToolCall | None, token_ids: list[int] | None,
-          reference: list[int] | None) -> Verdict:
+          reference: list[int] | None, oracle_error: str = "",
+          finish_reason: str | None = None) -> Verdict:
+    """Judges one completed response; an aborted one is reported as aborted, its partial tokens
+    never compared (a cut-off answer is not a corrupted one)."""
     text = content or ""
+    aborted = finish_reason == "abort"
+    if aborted:
+        reference = None
     leaked = bool(leaked_flag) or any(m in text for m in LEAK_MARKERS)
     well = tool_ok = args_ok = None
-    dropped = expected is not None and not calls and not leaked
-    if expected is not None:
+    dropped = expected is not None and not calls and not leaked and not aborted
+    if expected is not None and not aborted:
         well = len(calls) == 1 and not leaked
         tool_ok = well and calls[0]["name"] == expected.name
         args_ok = tool_ok and _args(calls[0]["arguments"]) == expected.arguments
@@ -86,7 +104,8 @@ def judge(content: str | None, calls: list[dict], leaked_flag: bool | None,
     if token_ids is not None and reference is not None:
         diff = first_difference(token_ids, reference)
         ref_match = diff is None
-    return Verdict(leaked, well, tool_ok, args_ok, ref_match, diff, dropped)
+    return Verdict(leaked, well, tool_ok, args_ok, ref_match, diff, dropped, oracle_error,
+                   aborted)
 
 
 def _args(raw: str) -> dict | None:

@@ -48,7 +48,7 @@ class PromptPlan:
     parse_calls: bool = True  # False for tool_choice "none": the output is content, verbatim
 
 
-def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
+def plan_prompt(tokenizer: T.Tokenizer, messages: list[dict], tools: list[ToolSpec],
                 tool_choice) -> PromptPlan:
     visible = [] if tool_choice == "none" else tools
     prefix = ""
@@ -57,7 +57,7 @@ def plan_prompt(engine: Engine, messages: list[dict], tools: list[ToolSpec],
     elif isinstance(tool_choice, dict):
         prefix = T.FC_OPEN + "\n" + T.INVOKE_OPEN + tool_choice["function"]["name"] + T.TAG_END
     text = render_prompt(messages, visible) + prefix
-    return PromptPlan(engine.tokenizer.encode(text), prefix, visible, tool_choice != "none")
+    return PromptPlan(tokenizer.encode(text), prefix, visible, tool_choice != "none")
 
 
 class Generation:

@@ -140,7 +140,7 @@ class ChatServer:
         choice = req.tool_choice
         if isinstance(choice, pydantic.BaseModel):
             choice = choice.model_dump()
-        return plan_prompt(self.engine, req.message_dicts(), tool_specs(req), choice)
+        return plan_prompt(self.engine.tokenizer, req.message_dicts(), tool_specs(req), choice)
 
     def admit(self, a: Admission) -> Generation:
         """Hands a new generation to the engine (the decode role overrides this)."""

@@ -1,0 +1,98 @@
+"""The oracle is independent of the code under test (issue 11): a bug planted in the engine's
+scheduling path is flagged, because the reference shares no scheduler, pool or cache with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from engine.core.engine import Engine
+from engine.core.model_runner import ModelRunner
+from engine.core.sequence import SamplingParams, Sequence
+from engine.model.reference import Reference
+from engine.text.chat import render_prompt
+from engine.training.datagen import make_transcript
+from workbench.oracle import ReferenceOracle, judge
+
+
+def _prompts(n: int, tk, min_len: int) -> list[list[int]]:
+    out = []
+    for seed in range(500):
+        tr = make_transcript(seed)
+        ids = tk.encode(render_prompt(tr.messages(upto_round=len(tr.rounds) - 1), list(tr.tools)))
+        if len(ids) > min_len:
+            out.append(ids)
+        if len(out) == n:
+            return out
+    raise AssertionError("not enough long transcripts")
+
+
+def _chunk_start_bug(monkeypatch, chunk: int) -> None:
+    """Plants an unconditional scheduling bug: the first token of every later prefill chunk
+    loses its previous-token input (as if chunks were prepared independently)."""
+    original = ModelRunner.prepare
+
+    def prepare(self, batch, future=None):
+        inp = original(self, batch, future)
+        cut = (inp.positions % chunk == 0) & (inp.positions > 0)
+        return dataclasses.replace(inp, prev=torch.where(cut, 0, inp.prev))
+
+    monkeypatch.setattr(ModelRunner, "prepare", prepare)
+
+
+def _serve(engine: Engine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    seqs = [engine.submit(Sequence(f"r{i}", p, SamplingParams(max_tokens=max_tokens)))
+            for i, p in enumerate(prompts)]
+    engine.run_until_idle()
+    return [list(s.output) for s in seqs]
+
+
+def test_reference_incremental_equals_full_recompute(shipped_model, make_engine):
+    eng = make_engine(batch_invariant=True)
+    ref = Reference(shipped_model, eng.cfg)
+    for prompt in _prompts(3, eng.tokenizer, 100):
+        fast = ref.generate(prompt, 24, eng.tokenizer.eos_id)
+        assert fast == ref.generate(prompt, 24, eng.tokenizer.eos_id, recompute=True)
+
+
+def test_oracle_flags_a_scheduler_bug_the_engine_would_share(monkeypatch, make_engine):
+    chunk, max_tokens = 64, 24
+    eng = make_engine(batch_invariant=True, chunk_size=chunk, prefix_cache=False)
+    prompts = _prompts(6, eng.tokenizer, 3 * chunk)
+    oracle = ReferenceOracle(eng.cfg)
+    want = [oracle.expected(p, max_tokens) for p in prompts]
+    assert _serve(eng, prompts, max_tokens) == want  # the correct engine agrees exactly
+
+    _chunk_start_bug(monkeypatch, chunk)
+    buggy = _serve(make_engine(batch_invariant=True, chunk_size=chunk, prefix_cache=False),
+                   prompts, max_tokens)
+    verdicts = [judge("", [], False, None, got, oracle.expected(p, max_tokens))
+                for p, got in zip(prompts, buggy, strict=True)]
+    assert sum(v.flagged for v in verdicts) >= 1, "the planted scheduling bug went unflagged"
+    # an engine-built oracle (the old design) shares the bug and certifies it
+    shared = _serve(make_engine(batch_invariant=True, chunk_size=chunk, prefix_cache=False),
+                    prompts, max_tokens)
+    assert shared == buggy
+
+
+def test_oracle_failure_is_a_per_request_flag():
+    v = judge("hi", [], False, None, [1, 2], None, oracle_error="RuntimeError: boom")
+    assert v.flagged and v.ref_match is None
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp32"])
+def test_oracle_matches_engine_storage_dtypes(make_engine, kv_dtype):
+    eng = make_engine(batch_invariant=True, kv_dtype=kv_dtype)
+    prompts = _prompts(2, eng.tokenizer, 50)
+    oracle = ReferenceOracle(eng.cfg)
+    assert _serve(eng, prompts, 16) == [oracle.expected(p, 16) for p in prompts]
+
+
+def test_an_abort_is_reported_as_an_abort_not_a_mismatch():
+    from engine.text.chat import ToolCall
+
+    v = judge("", [], False, ToolCall("f", {}), [5, 6], [5, 7, 8], finish_reason="abort")
+    assert v.aborted and v.flagged
+    assert v.ref_match is None and v.well_formed is None and not v.dropped
