@@ -27,7 +27,7 @@
 #   repeats measure nondeterminism at concurrency 1, and responses under load count as corrupted
 #   only beyond it;
 # - **Prometheus metrics** sampled during the run (running and waiting requests, KV-cache usage,
-#   NIXL transfers), and a **drain check** after a kill storm.
+#   NIXL transfers and their time histogram), and a **drain check** after a kill storm.
 #
 # Findings are recorded as measured, whichever way they fall.
 
@@ -46,7 +46,7 @@ import time
 import polars as pl
 
 from workbench import inject_concurrency, investigate, launch_pd_pair, plots, record_finding
-from workbench.metrics import MetricsSampler, drain_check, gauges, scrape
+from workbench.metrics import MetricsSampler, drain_check, gauges, histogram_quantile, scrape
 from workbench.solo import solo_reference
 
 t0 = time.monotonic()
@@ -108,6 +108,19 @@ print(f"killed {killed}/{storm} clients; settled={drain.settled} after {drain.wa
 drain.last
 
 # %% [markdown]
+# ## NIXL transfer times (the decode's `vllm:nixl_xfer_time_seconds` histogram)
+# Payloads here are well under 1 MB on loopback, so every transfer should take milliseconds;
+# a slow tail means requests wait on transfer completion, not on the copy.
+
+# %%
+decode_samples = scrape(pair.decode[0].url)
+xfer_q = {q: histogram_quantile(decode_samples, "vllm:nixl_xfer_time_seconds", q)
+          for q in (0.5, 0.9, 0.99)}
+e2e = load.requests.filter(pl.col("e2e_s").is_not_null())["e2e_s"]
+print(f"NIXL transfer time over {xfers:.0f} transfers (s): {xfer_q}; request end-to-end "
+      f"p50 {e2e.median():.2f} s, max {e2e.max():.2f} s")
+
+# %% [markdown]
 # ## Findings
 
 # %%
@@ -153,6 +166,19 @@ else:
     checks = {"left_something": bool(drain.leftovers) or not served_after}
 record_finding(title, checks, evidence={"killed": killed, "waited_s": drain.waited_s,
                                         "leftovers": [vars(x) for x in drain.leftovers]},
+               replay=replay, source="06_vllm_pd_kill_storm", ledger=findings_ledger)
+
+# %%
+slow = xfer_q[0.9] is not None and xfer_q[0.9] > 1.0
+if slow:
+    title = (f"vLLM's NIXL transfers stall on loopback: p90 {xfer_q[0.9]:.1f} s per transfer "
+             f"(p50 {xfer_q[0.5]:.3f} s) over {xfers:.0f} transfers of < 1 MB")
+else:
+    title = (f"vLLM's NIXL transfers are fast on loopback: p90 {xfer_q[0.9]:.3f} s over "
+             f"{xfers:.0f} transfers")
+record_finding(title, {"transfers_measured": xfers > 0 and xfer_q[0.9] is not None},
+               evidence={"xfer_time_s": {str(q): v for q, v in xfer_q.items()},
+                         "transfers": xfers, "e2e_p50_s": e2e.median(), "e2e_max_s": e2e.max()},
                replay=replay, source="06_vllm_pd_kill_storm", ledger=findings_ledger)
 
 # %%

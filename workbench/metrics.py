@@ -49,6 +49,31 @@ def scrape(url: str, timeout_s: float = 5.0) -> list[Sample]:
             for fam in text_string_to_metric_families(text) for s in fam.samples]
 
 
+def histogram_quantile(samples: list[Sample], name: str, q: float) -> float | None:
+    """Prometheus' ``histogram_quantile``: the ``q`` quantile of histogram ``name`` from its
+    cumulative ``name_bucket`` samples (summed over other labels), interpolated linearly inside
+    the bucket; None when it has no observations. The +Inf bucket answers its lower bound."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be in [0, 1], got {q}")
+    cum: dict[float, float] = {}
+    for s in samples:
+        if s.name == name + "_bucket":
+            le = float(s.labels["le"])
+            cum[le] = cum.get(le, 0.0) + s.value
+    bounds = sorted(cum)
+    if not bounds or cum[bounds[-1]] == 0:
+        return None
+    rank, lo, below = q * cum[bounds[-1]], 0.0, 0.0
+    for le in bounds:
+        if cum[le] >= rank:
+            if le == float("inf"):
+                return lo
+            return lo + (le - lo) * ((rank - below) / (cum[le] - below) if cum[le] > below
+                                     else 0.0)
+        lo, below = le, cum[le]
+    return lo
+
+
 def _servers(pair: PDPair) -> list[tuple[str, str]]:
     return [*(("prefill", s.url) for s in pair.prefill), *(("decode", s.url) for s in pair.decode)]
 
