@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from workbench.backends import Capability, require
 from workbench.pair import PDPair
+from workbench.sampler import PeriodicSampler
 
 log = logging.getLogger(__name__)
 SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "server": pl.Utf8, "name": pl.Utf8,
@@ -98,34 +98,19 @@ def frame(rows: list[dict]) -> pl.DataFrame:
 
 
 @dataclass(eq=False)
-class MetricsSampler:
+class MetricsSampler(PeriodicSampler):
     """Samples ``pair``'s metrics every ``interval_s`` on a thread (``with MetricsSampler(pair)``);
     ``frame()`` returns the series. ``names`` limits what is kept (default: everything)."""
 
     pair: PDPair
-    interval_s: float = 0.5
-    names: set[str] | None = None
-    rows: list[dict] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    interval_s: float = field(default=0.5, kw_only=True)
+    names: set[str] | None = field(default=None, kw_only=True)
 
-    def __enter__(self) -> MetricsSampler:
+    def start(self) -> None:
         require(self.pair, Capability.METRICS, "MetricsSampler")
-        t0 = time.monotonic()
 
-        def loop() -> None:
-            while not self._stop.is_set():
-                self.rows += snapshot(self.pair, time.monotonic() - t0, self.names)
-                self._stop.wait(self.interval_s)
-
-        self._thread = threading.Thread(target=loop, daemon=True, name="metrics-sampler")
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+    def sample(self, t_s: float) -> list[dict]:
+        return snapshot(self.pair, t_s, self.names)
 
     def frame(self) -> pl.DataFrame:
         return frame(list(self.rows))

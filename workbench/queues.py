@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -11,6 +9,7 @@ import polars as pl
 
 from workbench.backends import Capability, require
 from workbench.launch import PDPair
+from workbench.sampler import PeriodicSampler
 
 QUEUE_SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "queue": pl.Utf8, "entries": pl.Int64,
                 "orphaned": pl.Int64}
@@ -34,33 +33,23 @@ def snapshot_queues(pair: PDPair, t_s: float = 0.0) -> list[dict]:
 
 
 @dataclass(eq=False)
-class QueueSampler:
-    """Samples every ``interval_s`` on a thread while active (``with QueueSampler(pair): ...``)."""
+class QueueSampler(PeriodicSampler):
+    """Samples every ``interval_s`` on a thread while active (``with QueueSampler(pair): ...``),
+    plus one last snapshot on exit."""
 
     pair: PDPair
-    interval_s: float = 0.25
-    max_samples: int = 10_000
-    rows: list[dict] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    interval_s: float = field(default=0.25, kw_only=True)
+    max_samples: int | None = field(default=10_000, kw_only=True)
 
-    def __enter__(self) -> QueueSampler:
+    def start(self) -> None:
         require(self.pair, Capability.DEBUG_QUEUES, "QueueSampler")
-        self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="queue-sampler")
-        self._thread.start()
-        return self
+
+    def sample(self, t_s: float) -> list[dict]:
+        return snapshot_queues(self.pair, t_s)
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self.rows += snapshot_queues(self.pair, time.monotonic() - self._t0)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() and len(self.rows) < self.max_samples:
-            self.rows += snapshot_queues(self.pair, time.monotonic() - self._t0)
-            self._stop.wait(self.interval_s)
+        super().__exit__(*exc)
+        self.rows += snapshot_queues(self.pair, self.elapsed())
 
     def frame(self) -> pl.DataFrame:
         return pl.DataFrame(self.rows, schema=QUEUE_SCHEMA)
