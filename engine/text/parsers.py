@@ -5,6 +5,8 @@
 - ``sglang``: SGLang 0.5.21-0.5.23's ``DeepSeekV32Detector`` behind its ``FunctionCallParser``
   (``engine.text.sglang_dsml``): fail-closed, so corrupted markup mostly vanishes instead of
   leaking; streaming can differ from one-shot and between chunkings, as SGLang's does.
+- ``sglang-leaky``: SGLang 0.5.15's detector, serving included (``engine.text.sglang_leaky``):
+  when no call parses the whole text, raw DSML included, is the content (0.5.6-0.5.15).
 
 Each variant gives ``parse(text, tools) -> ParseResult`` and ``streamer(tools)``, an object with
 ``feed(delta) -> [StreamEvent]``, ``finish() -> [StreamEvent]``, ``calls``, ``leaked`` and
@@ -29,6 +31,7 @@ from engine.text.dsml import (
 )
 from engine.text.dsml_grammar import has_marker
 from engine.text.sglang_dsml import SGLangStreamParser, parse_sglang
+from engine.text.sglang_leaky import SGLangLeakyStreamParser, parse_sglang_leaky
 
 
 class StreamParser(Protocol):
@@ -89,6 +92,9 @@ PARSERS.register("strict", ToolParser(
 PARSERS.register("sglang", ToolParser(
     "sglang", parse_sglang, SGLangStreamParser,
     "SGLang 0.5.21-0.5.23 DeepSeekV32Detector: fail-closed, malformed markup is dropped"))
+PARSERS.register("sglang-leaky", ToolParser(
+    "sglang-leaky", parse_sglang_leaky, SGLangLeakyStreamParser,
+    "SGLang 0.5.15 DeepSeekV32Detector: no call parsed -> the whole text, DSML too, is content"))
 
 
 def get_parser(name: str) -> ToolParser:
