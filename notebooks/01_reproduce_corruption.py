@@ -149,3 +149,32 @@ print(record_finding(
     replay={**replay, "seeds": sgl.seeds, "engine": {"tool_parser": "sglang"}},
     source="01_reproduce_corruption", ledger=findings_ledger))
 pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])
+
+# %% [markdown]
+# ## Finding 4: the parser decides the symptom of the same corrupted tokens
+# Which symptom a user reports depends on the parser and on the SGLang release.
+# `tool_parser=sglang-leaky` is SGLang 0.5.15's detector (0.5.6-0.5.15 return the whole text,
+# markup included, when no call parses); `sglang` is 0.5.21-0.5.23's, which fails closed. Both
+# are checked against the real code (`tests/test_parser_fidelity.py`). Here the tokens the
+# buggy run actually generated in each session's first flagged turn, where it leaked under
+# `strict`, are parsed again under every variant, one-shot and streamed token by token
+# (`investigate.symptoms`): no race, no server, the same tokens for every parser. On seed 0 we
+# measured: `strict` leaks all of them; a broken call turn becomes a call with empty arguments
+# under 0.5.15 and vanishes under 0.5.23; answer turns that start mid-block leak one-shot under
+# both releases and vanish from both when streamed.
+
+# %%
+corrupted = investigate.first_flags(buggy).filter(pl.col("v_leaked"))
+seen = investigate.symptoms(corrupted)
+counts = {col: seen[col].value_counts().sort(col).rows() for col in seen.columns[4:]}
+shown = seen.select(seen.columns[4:])
+print(record_finding(
+    "the parser decides the symptom of the same corrupted tokens",
+    {"corrupted turns to compare": len(seen) > 0,
+     "strict leaks every one": (seen["strict"] == "leaked").all(),
+     "streamed, SGLang 0.5.23 never shows raw DSML": not (seen["sglang_stream"] == "leaked").any(),
+     "the symptom differs between parsers":
+         any(len(set(row)) > 1 for row in shown.iter_rows())},
+    evidence={"symptoms": counts, "turns": len(seen)},
+    replay=replay, source="01_reproduce_corruption", ledger=findings_ledger))
+seen

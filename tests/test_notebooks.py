@@ -26,7 +26,7 @@ SMALL = {
     "06_vllm_pd_kill_storm.py": {"sessions": 8, "storm": 16},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
-    "01_reproduce_corruption.py": 3, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
+    "01_reproduce_corruption.py": 4, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
     "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
     "06_vllm_pd_kill_storm.py": 4,
 }

@@ -30,11 +30,12 @@ from workbench.load import LoadConfig
 from workbench.queues import QueueSampler
 from workbench.series import RACE_ENGINE as SERIES_ENGINE
 from workbench.series import RACE_FAULTS
+from workbench.symptoms import symptoms
 
 log = logging.getLogger(__name__)
 __all__ = ["BUGGY", "RACE_ENGINE", "Burst", "QueueSampler", "Reproduction", "StopOn",
            "first_flags", "flagged_requests", "kill_storm", "race_counts", "rates_table",
-           "reproduce", "wedge_probe"]
+           "reproduce", "symptoms", "wedge_probe"]
 
 RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
 BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
