@@ -37,6 +37,11 @@ def serve(argv: list[str]) -> None:
     ap.add_argument("--overlap-schedule", action="store_true",
                     help="alias of --set patches=overlap_schedule (added to any other patches)")
     ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
+    ap.add_argument("--debug-open", action="store_true",
+                    help="serve /debug/* to any loopback caller without a token")
+    ap.add_argument("--prefill-allow", nargs="*", default=None, metavar="URL",
+                    help="decode: the only prefill bootstrap addresses requests may name "
+                         "(http://HOST:PORT); default any loopback address")
     ap.add_argument("--max-transfer-queue", type=int, default=32)
     ap.add_argument("--waiting-timeout-s", type=float, default=30.0)
     args = ap.parse_args(argv)
@@ -54,24 +59,35 @@ def serve(argv: list[str]) -> None:
 def build(args, cfg: EngineConfig):
     """The engine and FastAPI app of a role."""
     name = f"{args.role}-{args.port}"
+    debug = {"debug_open": args.debug_open}
+    if args.role in ("prefill", "decode"):
+        from engine.disagg.control import MissingSecret, secret_from_env
+
+        try:
+            secret = secret_from_env()
+        except MissingSecret as exc:
+            raise SystemExit(str(exc)) from None
     if args.role == "prefill":
         from engine.disagg.prefill import PrefillEngine
         from engine.disagg.server import PrefillServer
 
         engine = PrefillEngine(cfg, name)
-        return engine, PrefillServer(engine, args.debug_token, args.port).app
+        return engine, PrefillServer(engine, args.debug_token, args.port, secret=secret,
+                                     **debug).app
     if args.role == "decode":
         from engine.disagg.decode import DecodeEngine
         from engine.disagg.server import DecodeServer
 
         engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
-                              waiting_timeout_s=args.waiting_timeout_s)
-        return engine, DecodeServer(engine, args.debug_token, args.port).app
+                              waiting_timeout_s=args.waiting_timeout_s, secret=secret)
+        allowed = None if args.prefill_allow is None else frozenset(args.prefill_allow)
+        return engine, DecodeServer(engine, args.debug_token, args.port,
+                                    allowed_prefills=allowed, **debug).app
     from engine.core.engine import Engine
     from engine.serving.server import create_app
 
     engine = Engine(cfg)
-    return engine, create_app(engine, args.debug_token, args.port)
+    return engine, create_app(engine, args.debug_token, args.port, **debug)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,7 @@ def router(name: str, log_dir: Path, prefill: list[str], decode: list[str], seed
            timeout_s: float) -> ServerProcess:
     return ServerProcess(name, python_module(
         "engine.router", "--port", "{port}", "--seed", str(seed), "--timeout-s", str(timeout_s),
+        "--debug-open",
         "--prefill", *prefill, "--decode", *decode), log_dir)
 
 

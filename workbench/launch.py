@@ -10,6 +10,7 @@ from ``workbench.routers.ROUTERS`` (``"embedded"``: ours; ``"sglang"``: SGLang's
 from __future__ import annotations
 
 import logging
+import secrets
 import shlex
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.disagg.control import SECRET_ENV
 from workbench import vllm
 from workbench.backends import BACKENDS
 from workbench.pair import LaunchSpec, PDPair
@@ -51,8 +53,9 @@ EMBEDDED = TemplateBackend(
 )
 
 
-def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str) -> ServerProcess:
-    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False)
+def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str,
+          env: dict[str, str]) -> ServerProcess:
+    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False, env=env)
     srv.argv = shlex.split(template.format(port=srv.port, host=srv.host, **fill))
     return srv.start()
 
@@ -89,19 +92,22 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
     timeout_s = timeout_s or 180.0
+    env = {SECRET_ENV: secrets.token_hex(24)}  # this deployment's control-plane secret
     try:
-        prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health)
+        prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health, env)
                    for i in range(num_prefill)]
         started += prefill
-        dfill = {**fill, "engine_args": fill["engine_args"] + " " + " ".join(decode_args)}
-        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health)
+        allow = " ".join(["--prefill-allow", *(s.url for s in prefill)])
+        dfill = {**fill, "engine_args": " ".join([fill["engine_args"], *decode_args, allow])}
+        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env)
                   for i in range(num_decode)]
         started += decode
         _wait_all(started, timeout_s)
         front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False)
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
-                                          tuple(s.url for s in decode), seed))
+                                          tuple(s.url for s in decode), seed,
+                                          spec.debug_token))
         _start_and_wait([front], started, timeout_s)
     except BaseException:
         _stop(started)

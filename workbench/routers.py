@@ -25,6 +25,7 @@ class RouterArgs:
     bootstrap_ports: tuple[int, ...]  # one per prefill
     decode: tuple[str, ...]
     seed: int
+    debug_token: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class RouterKind:
 
 def _embedded(a: RouterArgs) -> list[str]:
     return [sys.executable, "-m", "engine.router", "--host", a.host, "--port", str(a.port),
-            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed)]
+            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed),
+            *(["--debug-token", a.debug_token] if a.debug_token else [])]
 
 
 def _sglang(a: RouterArgs) -> list[str]:

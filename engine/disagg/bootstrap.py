@@ -1,7 +1,10 @@
 """Decode-side bootstrap client: connects NIXL agents, sends Prealloc/abort, heartbeats peers.
 
-All HTTP to prefill servers happens on this client's own thread, so the engine thread never
-blocks on the network. A prefill that misses ``heartbeat_misses`` pings in a row is dead.
+All HTTP to prefill servers happens on this client's threads, one per prefill, so the engine
+thread never blocks on the network and a slow or unreachable prefill delays only its own rooms.
+Every call carries the deployment's control-plane secret. A prefill that misses
+``heartbeat_misses`` pings in a row is dead; a failed call or a dead prefill forgets the
+handshake, so a restarted prefill (a new NIXL agent) is connected again on its next room.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
+from engine.disagg.control import SECRET_HEADER
 from engine.disagg.messages import Prealloc
 from engine.transfer.endpoint import EndpointBlob, TransferEndpoint
 
@@ -28,23 +33,36 @@ class Outgoing:
 
 
 class BootstrapClient:
-    def __init__(self, endpoint: TransferEndpoint, heartbeat_s: float = 1.0,
-                 heartbeat_misses: int = 5, timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoint: TransferEndpoint, secret: str, heartbeat_s: float = 1.0,
+                 heartbeat_misses: int = 5, timeout_s: float = 10.0,
+                 on_failed: Callable[[int, str], None] | None = None) -> None:
+        """``on_failed(room, reason)`` is called (on a bootstrap thread) when a prealloc for
+        ``room`` could not be delivered or was refused."""
         self.endpoint = endpoint
+        self.on_failed = on_failed
         self.heartbeat_s = heartbeat_s
         self.heartbeat_misses = heartbeat_misses
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = httpx.Client(timeout=timeout_s, headers={SECRET_HEADER: secret})
         self.connected: set[str] = set()
         self.misses: dict[str, int] = {}
-        self.outbox: queue.Queue[Outgoing] = queue.Queue()
+        self._outboxes: dict[str, queue.Queue[Outgoing]] = {}
+        self._lock = threading.Lock()
         self.failed_sends = 0
-        threading.Thread(target=self._loop, name="bootstrap", daemon=True).start()
+        threading.Thread(target=self._beat, name="bootstrap-heartbeat", daemon=True).start()
 
     def send_prealloc(self, url: str, msg: Prealloc) -> None:
-        self.outbox.put(Outgoing(url, "/disagg/prealloc", msg.to_json()))
+        self._outbox(url).put(Outgoing(url, "/disagg/prealloc", msg.to_json()))
 
     def send_abort(self, url: str, room: int) -> None:
-        self.outbox.put(Outgoing(url, "/disagg/abort", {"room": room}))
+        self._outbox(url).put(Outgoing(url, "/disagg/abort", {"room": room}))
+
+    def _outbox(self, url: str) -> queue.Queue[Outgoing]:
+        with self._lock:
+            if url not in self._outboxes:
+                self._outboxes[url] = q = queue.Queue()
+                threading.Thread(target=self._drain, args=(q,), name=f"bootstrap {url}",
+                                 daemon=True).start()
+            return self._outboxes[url]
 
     def is_dead(self, url: str) -> bool:
         return self.misses.get(url, 0) >= self.heartbeat_misses
@@ -55,7 +73,7 @@ class BootstrapClient:
         r = self.http.post(url + "/disagg/connect", json=self.endpoint.blob().to_json())
         r.raise_for_status()
         self.connected.add(url)
-        self.misses.setdefault(url, 0)
+        self.misses[url] = 0
         log.info("connected to prefill %s (%s)", url, blob.agent_name)
 
     def _send(self, msg: Outgoing) -> None:
@@ -65,7 +83,14 @@ class BootstrapClient:
             self.http.post(msg.url + msg.path, json=msg.body).raise_for_status()
         except Exception as exc:  # noqa: BLE001 - a bad peer must not kill the thread
             self.failed_sends += 1
+            self.connected.discard(msg.url)  # handshake again next time (it may have restarted)
             log.warning("bootstrap %s%s failed: %s", msg.url, msg.path, exc)
+            if self.on_failed is not None and msg.path == "/disagg/prealloc":
+                self.on_failed(int(msg.body["room"]), f"prealloc not delivered: {exc}"[:200])
+
+    def _drain(self, outbox: queue.Queue[Outgoing]) -> None:
+        while True:
+            self._send(outbox.get())
 
     def _heartbeat(self) -> None:
         for url in list(self.connected):
@@ -74,14 +99,10 @@ class BootstrapClient:
             except httpx.HTTPError:
                 ok = False
             self.misses[url] = 0 if ok else self.misses.get(url, 0) + 1
+            if self.is_dead(url):
+                self.connected.discard(url)
 
-    def _loop(self) -> None:
-        next_beat = time.monotonic() + self.heartbeat_s
+    def _beat(self) -> None:
         while True:
-            try:
-                self._send(self.outbox.get(timeout=max(0.0, next_beat - time.monotonic())))
-            except queue.Empty:
-                pass
-            if time.monotonic() >= next_beat:
-                self._heartbeat()
-                next_beat = time.monotonic() + self.heartbeat_s
+            time.sleep(self.heartbeat_s)
+            self._heartbeat()

@@ -51,15 +51,16 @@ class Quarantine:
 
 class DecodeEngine(Engine):
     def __init__(self, cfg, name: str, max_transfer_queue: int = 32,
-                 waiting_timeout_s: float = 30.0, quarantine_s: float = 30.0) -> None:
+                 waiting_timeout_s: float = 30.0, quarantine_s: float = 30.0, *,
+                 secret: str) -> None:
         super().__init__(cfg.replace(prefix_cache=False, hicache=False))
         self.aux = torch.zeros((max_transfer_queue, AUX_WORDS), dtype=torch.int64)
         self.free_aux = deque(range(max_transfer_queue))
         buffers = {**self.pool.buffers(), "aux": self.aux}
         self.endpoint = TransferEndpoint(name, buffers,
                                          page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
-        self.bootstrap = BootstrapClient(self.endpoint)
         self.states = TransferStateTable()
+        self.bootstrap = BootstrapClient(self.endpoint, secret, on_failed=self.states_fail)
         self.prealloc: deque[DecodeRoom] = deque()
         self.transfer: dict[int, DecodeRoom] = {}
         self.quarantine: dict[int, Quarantine] = {}
@@ -74,6 +75,10 @@ class DecodeEngine(Engine):
         self.validate(room.seq.prompt, room.seq.params.max_tokens)
         self.states.update(room.room, RoomState.BOOTSTRAPPING)
         self.call_soon(lambda: self.prealloc.append(room))
+
+    def states_fail(self, room: int, reason: str) -> None:
+        """Thread-safe: fails ``room``; the engine loop cleans it up on its next pass."""
+        self.states.fail(room, reason)
 
     # ---- engine thread ----
     def poll(self) -> None:
@@ -117,6 +122,9 @@ class DecodeEngine(Engine):
         if state is RoomState.FAILED:
             if not room.orphaned:
                 self._cleanup(room)
+            return
+        if self.bootstrap.is_dead(room.prefill_url):
+            self.states.fail(room.room, "prefill unreachable")
             return
         if time.monotonic() - room.created > self.waiting_timeout_s:
             self.states.fail(room.room, "waiting timeout")

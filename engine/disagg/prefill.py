@@ -13,15 +13,17 @@ import math
 import queue
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.core.engine import Engine
 from engine.core.sequence import FinishReason, Sequence
+from engine.disagg.control import MAX_EARLY_PREALLOCS, RejectedPrealloc, check_prealloc
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
-from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferError, TransferStatus
+from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,7 @@ class PrefillEngine(Engine):
                                          page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
         self.states = TransferStateTable()
         self.rooms: dict[int, PrefillRoom] = {}
-        self.early: dict[int, Prealloc] = {}
+        self.early: OrderedDict[int, Prealloc] = OrderedDict()  # bounded: MAX_EARLY_PREALLOCS
         self.peers: dict = {}
         self.bootstrap_timeout_s = bootstrap_timeout_s
         self._lock = threading.Lock()
@@ -75,17 +77,28 @@ class PrefillEngine(Engine):
             self.states.update(room.room, RoomState.BOOTSTRAPPING)
             early = self.early.pop(room.room, None)
         if early is not None:
-            self.on_prealloc(early)
+            try:
+                self.on_prealloc(early)
+            except RejectedPrealloc as exc:
+                self.abort_room(room.room, str(exc))
 
     def on_prealloc(self, msg: Prealloc) -> None:
-        """A prealloc for a failed room is answered with "failed" so the decode frees at once."""
+        """A prealloc for a failed room is answered with "failed" so the decode frees at once.
+        Raises ``RejectedPrealloc`` (``engine.disagg.control.check_prealloc``) and keeps nothing
+        for a prealloc naming an unknown peer or another live room's pages."""
         failed = self.states.get(msg.room) is RoomState.FAILED
         with self._lock:
+            held = {r.room: r.prealloc for r in self.rooms.values() if r.prealloc is not None}
+            check_prealloc(msg, set(self.peers), held)
             room = self.rooms.get(msg.room)
             if room is None and not failed:
                 self.early[msg.room] = msg
+                while len(self.early) > MAX_EARLY_PREALLOCS:
+                    self.early.popitem(last=False)
                 return
             if room is not None:
+                if room.prealloc is not None:
+                    raise RejectedPrealloc(f"room {msg.room} is already preallocated")
                 room.prealloc = msg
         if room is None:
             self._notify_failed(msg)
@@ -101,12 +114,17 @@ class PrefillEngine(Engine):
             self.call_soon(lambda: self._abort_on_loop(room))
 
     def _notify_failed(self, msg: Prealloc | None) -> None:
-        """Tells the decode that preallocated for ``msg`` (if any) the room failed."""
+        """Tells the decode that preallocated for ``msg`` (if any) the room failed; a peer that
+        is gone is logged, never raised (the engine loop calls this)."""
         if msg is None:
             return
         peer = self.peers.get(msg.peer)
-        if peer is not None:
+        if peer is None:
+            return
+        try:
             self.endpoint.send_notif(peer, Tag(msg.room, TagKind.FAILED).encode())
+        except Exception as exc:  # noqa: BLE001 - NIXL raises its own types for a lost peer
+            log.warning("room %d: cannot tell decode %s it failed: %s", msg.room, msg.peer, exc)
 
     # ---- engine thread ----
     def _abort_on_loop(self, room: PrefillRoom) -> None:
@@ -167,8 +185,8 @@ class PrefillEngine(Engine):
             count += 1
             try:
                 final = self._send(worker, room)
-            except TransferError as exc:
-                log.warning("room %d transfer failed: %s", room.room, exc)
+            except Exception as exc:  # noqa: BLE001 - a lost peer fails its room, not the worker
+                log.warning("room %d transfer failed: %s: %s", room.room, type(exc).__name__, exc)
                 self.states.fail(room.room, str(exc))
                 final = RoomState.FAILED
             self._release(room, final)

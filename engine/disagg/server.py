@@ -14,20 +14,22 @@ import asyncio
 import dataclasses
 import ipaddress
 
-from fastapi import Request
+from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
 
 from engine.core.engine import PromptTooLongError
+from engine.disagg.control import RejectedPrealloc, require_secret
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
 from engine.serving import native
 from engine.serving.admission import Admission, chat_admission, native_admission
-from engine.serving.errors import BadRequestError
+from engine.serving.errors import BadRequestError, json_object
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.protocol import parse_chat_request
 from engine.serving.server import ChatServer
-from engine.transfer.endpoint import EndpointBlob
+from engine.transfer.endpoint import ChannelError, EndpointBlob
 
 
 class PrefillServer(ChatServer):
@@ -35,27 +37,53 @@ class PrefillServer(ChatServer):
     mode = "prefill"
 
     def __init__(self, engine: PrefillEngine, debug_token: str | None = None,
-                 port: int = 0) -> None:
-        super().__init__(engine, debug_token, port)
+                 port: int = 0, *, secret: str, debug_open: bool = False) -> None:
+        super().__init__(engine, debug_token, port, debug_open=debug_open)
+        self.secret = secret
         self.app.get("/disagg/endpoint")(self.endpoint)
         self.app.post("/disagg/connect")(self.connect)
         self.app.post("/disagg/prealloc")(self.prealloc)
         self.app.post("/disagg/abort")(self.abort)
 
-    async def endpoint(self) -> dict:
+    async def _control_body(self, request: Request) -> dict:
+        """The body of a control-plane call: 401 without the secret, 400 unless a JSON object."""
+        require_secret(request, self.secret)
+        try:
+            return json_object(await request.body())
+        except BadRequestError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    async def endpoint(self, request: Request) -> dict:
+        require_secret(request, self.secret)
         return self.engine.endpoint.blob().to_json()
 
     async def connect(self, request: Request) -> dict:
-        blob = EndpointBlob.from_json(await request.json())
-        await asyncio.to_thread(self.engine.connect_peer, blob)
+        body = await self._control_body(request)
+        try:
+            blob = EndpointBlob.from_json(body)
+            await asyncio.to_thread(self.engine.connect_peer, blob)
+        except (ChannelError, ValueError, RuntimeError) as exc:
+            raise HTTPException(400, f"connect: {exc}") from None
         return {"connected": blob.agent_name}
 
-    async def prealloc(self, request: Request) -> dict:
-        self.engine.on_prealloc(Prealloc.from_json(await request.json()))
+    async def prealloc(self, request: Request):
+        body = await self._control_body(request)
+        try:
+            msg = Prealloc.from_json(body)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise HTTPException(400, f"prealloc: bad body ({exc!r})") from None
+        try:
+            self.engine.on_prealloc(msg)
+        except RejectedPrealloc as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         return {"ok": True}
 
     async def abort(self, request: Request) -> dict:
-        self.engine.abort_room(int((await request.json())["room"]), "decode abort")
+        body = await self._control_body(request)
+        room = body.get("room")
+        if not isinstance(room, int) or isinstance(room, bool) or not 0 <= room < 2**63:
+            raise HTTPException(400, "abort: body needs an integer room")
+        self.engine.abort_room(room, "decode abort")
         return {"ok": True}
 
     async def chat(self, request: Request):
@@ -107,8 +135,9 @@ class PrefillServer(ChatServer):
             await asyncio.sleep(0.05)
 
 
-def prefill_url(boot: Bootstrap) -> str:
-    """The prefill's bootstrap URL; BadRequestError naming the first missing or invalid field."""
+def prefill_url(boot: Bootstrap, allowed: frozenset[str] | None = None) -> str:
+    """The prefill's bootstrap URL; BadRequestError naming the first missing or invalid field,
+    or the address when it is not one of ``allowed`` (None: any loopback address)."""
     for name in ("room", "host", "port"):
         if getattr(boot, name) is None:
             raise BadRequestError(f"decode server needs bootstrap_{name} (send through a PD "
@@ -121,15 +150,33 @@ def prefill_url(boot: Bootstrap) -> str:
         if host != "localhost":
             raise BadRequestError(f"bootstrap_host {host!r} is not an IP address",
                                   "bootstrap_host") from None
-    return f"http://[{host}]:{boot.port}" if ":" in host else f"http://{host}:{boot.port}"
+    url = f"http://[{host}]:{boot.port}" if ":" in host else f"http://{host}:{boot.port}"
+    ok = url in allowed if allowed is not None else _loopback(host)
+    if not ok:
+        raise BadRequestError(f"bootstrap address {url} is not an allowed prefill",
+                              "bootstrap_host")
+    return url
+
+
+def _loopback(host: str) -> bool:
+    return host == "localhost" or ipaddress.ip_address(host).is_loopback
 
 
 class DecodeServer(ChatServer):
+    """``allowed_prefills``: the only bootstrap addresses a request may name (``http://H:P``);
+    None allows any loopback address."""
+
     engine: DecodeEngine
     mode = "decode"
 
+    def __init__(self, engine: DecodeEngine, debug_token: str | None = None, port: int = 0, *,
+                 allowed_prefills: frozenset[str] | None = None,
+                 debug_open: bool = False) -> None:
+        super().__init__(engine, debug_token, port, debug_open=debug_open)
+        self.allowed_prefills = allowed_prefills
+
     def admit(self, a: Admission) -> Generation:
-        url = prefill_url(a.boot)
+        url = prefill_url(a.boot, self.allowed_prefills)
         gen = self._new_generation(a)
         self.engine.add_room(DecodeRoom(a.boot.room, gen.seq, url))
         self.engine.rid_of_room[a.boot.room] = gen.rid

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import AsyncIterator
@@ -26,7 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 
 import httpx
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from engine.router.proxy import (
@@ -39,6 +40,7 @@ from engine.router.proxy import (
     wait_disconnect,
 )
 from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+from engine.serving.debug import check_access
 from engine.serving.errors import BadRequestError, json_object
 from engine.serving.errors import error_response as error
 from engine.serving.limits import BodyLimit
@@ -58,8 +60,9 @@ class Router:
         self.rooms = RoomLog(cfg.history)
         self.client = httpx.AsyncClient(timeout=cfg.timeout_s, trust_env=False,
                                         limits=httpx.Limits(max_connections=None))
-        self._room_rng = random.Random(cfg.seed)
-        policy_rng = random.Random(cfg.seed)
+        seeded = cfg.seed is not None
+        self._room_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()
+        policy_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()
         factory = POLICIES.get(cfg.policy)
         self._prefill_policy, self._decode_policy = factory(policy_rng), factory(policy_rng)
         self._active: set[int] = set()
@@ -259,7 +262,10 @@ def create_app(cfg: RouterConfig) -> FastAPI:
     app.get("/v1/models")(router.models)
     app.get("/health")(router.health)
     app.get("/metrics")(router.prometheus)
-    app.get("/debug/rooms")(router.debug_rooms)
+    def guard(request: Request) -> None:
+        check_access(request, cfg.debug_token, cfg.debug_open)
+
+    app.get("/debug/rooms", dependencies=[Depends(guard)])(router.debug_rooms)
     return app
 
 
@@ -272,15 +278,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--prefill", nargs="+", required=True, metavar="URL")
     ap.add_argument("--decode", nargs="+", required=True, metavar="URL")
-    ap.add_argument("--seed", type=int, default=0, help="seeds rooms and the random policy; "
-                    "routers sharing servers need different seeds or their rooms collide")
+    ap.add_argument("--seed", type=int, default=None, help="seeds rooms and the random "
+                    "policy, so they replay (default: unpredictable rooms); routers sharing "
+                    "servers need different seeds or their rooms collide")
+    ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
+    ap.add_argument("--debug-open", action="store_true",
+                    help="serve /debug/rooms to any loopback caller without a token")
     ap.add_argument("--policy", default="round_robin", help=f"one of {POLICIES.names()}")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per upstream operation")
     ap.add_argument("--history", type=int, default=4096, help="rooms kept for /debug/rooms")
     args = ap.parse_args(argv)
     try:
         cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,
-                           args.timeout_s, args.history)
+                           args.timeout_s, args.history, debug_token=args.debug_token,
+                           debug_open=args.debug_open)
     except (KeyError, ValueError) as exc:
         ap.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

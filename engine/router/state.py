@@ -59,15 +59,18 @@ def check_url(url: str) -> str:
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """Server pools, policy, RNG seed, upstream timeout and room-history size."""
+    """Server pools, policy, RNG seed (None: rooms and picks from the OS's randomness, so rooms
+    are unpredictable), upstream timeout, room-history size and who may read ``/debug/*``."""
 
     prefill: tuple[str, ...]
     decode: tuple[str, ...]
-    seed: int = 0
+    seed: int | None = None
     policy: str = "round_robin"
     timeout_s: float = 300.0
     history: int = 4096
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
+    debug_token: str | None = None
+    debug_open: bool = False  # /debug/* without a token (loopback callers only)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:

@@ -14,12 +14,18 @@ from engine.patches import PatchSet
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
 
-def check_access(request: Request, token: str | None) -> None:
+def check_access(request: Request, token: str | None, open_: bool = False) -> None:
+    """Loopback callers only; with a token, only those sending it; with neither a token nor
+    ``open_`` (``--debug-open``), nobody."""
     host = request.client.host if request.client else ""
     if host not in LOOPBACK:
         raise HTTPException(403, f"debug endpoints are loopback-only (caller {host})")
-    given = request.headers.get("x-debug-token", "")
-    if token and not hmac.compare_digest(given, token):
+    if not token:
+        if open_:
+            return
+        raise HTTPException(403, "debug endpoints are closed: start the server with "
+                                 "--debug-token (or --debug-open)")
+    if not hmac.compare_digest(request.headers.get("x-debug-token", ""), token):
         raise HTTPException(401, "missing or wrong X-Debug-Token")
 
 
@@ -54,11 +60,11 @@ def _dump(engine, rid: str | None, room: int | None) -> Response:
     return Response(st_save(tensors, metadata={"rid": rid}), media_type="application/octet-stream")
 
 
-def add_debug_routes(app: FastAPI, engine, token: str | None) -> None:
+def add_debug_routes(app: FastAPI, engine, token: str | None, open_: bool = False) -> None:
     """Mounts ``/debug/{patches,config,queues,transfers,hicache,requests,dump}`` on ``app``;
-    every route first passes ``check_access`` (loopback caller, ``X-Debug-Token`` if set)."""
+    every route first passes ``check_access`` (loopback caller; the token, or ``open_``)."""
     def guard(request: Request) -> None:
-        check_access(request, token)
+        check_access(request, token, open_)
 
     router = APIRouter(prefix="/debug", dependencies=[Depends(guard)])
     views = {"/patches": lambda: _patches(engine), "/config": engine.cfg.to_dict,

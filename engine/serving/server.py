@@ -82,7 +82,8 @@ def usage(gen: Generation) -> Usage:
 class ChatServer:
     mode: native.DisaggMode = "null"
 
-    def __init__(self, engine: Engine, debug_token: str | None = None, port: int = 0) -> None:
+    def __init__(self, engine: Engine, debug_token: str | None = None, port: int = 0, *,
+                 debug_open: bool = False) -> None:
         self.engine = engine
         self.port = port
         self.parser = get_parser(engine.cfg.tool_parser)
@@ -90,7 +91,7 @@ class ChatServer:
         self.metrics = Metrics()
         self.app = FastAPI(title="pd-workbench engine")
         self.app.add_middleware(BodyLimit, max_bytes=engine.cfg.max_body_bytes)
-        add_debug_routes(self.app, engine, debug_token)
+        add_debug_routes(self.app, engine, debug_token, debug_open)
         self.app.post("/v1/chat/completions")(self.chat)
         self.app.post("/generate")(self.generate)
         self.app.get("/v1/models")(self.models)
@@ -277,5 +278,6 @@ class ChatServer:
         return Delta(tool_calls=[call])
 
 
-def create_app(engine: Engine, debug_token: str | None = None, port: int = 0) -> FastAPI:
-    return ChatServer(engine, debug_token, port).app
+def create_app(engine: Engine, debug_token: str | None = None, port: int = 0, *,
+               debug_open: bool = False) -> FastAPI:
+    return ChatServer(engine, debug_token, port, debug_open=debug_open).app

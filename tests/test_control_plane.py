@@ -1,0 +1,84 @@
+"""The PD control plane is closed (issue 14): a per-deployment secret on ``/disagg/*``, bodies
+validated, preallocs only from connected peers and never onto another live room's pages, debug
+routes closed without a token, bootstrap addresses limited to the deployment's prefills, rooms
+unpredictable unless seeded; and the pair keeps serving correct responses afterwards."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from engine.disagg.control import (
+    SECRET_ENV,
+    SECRET_HEADER,
+    RejectedPrealloc,
+    check_prealloc,
+)
+from engine.disagg.messages import Prealloc
+from engine.router.app import Router
+from engine.router.state import RouterConfig
+from workbench.concurrency import inject_concurrency
+from workbench.launch import launch_pd_pair
+
+ROUTES = [("get", "/disagg/endpoint"), ("post", "/disagg/connect"), ("post", "/disagg/prealloc"),
+          ("post", "/disagg/abort")]
+
+
+def test_a_prealloc_must_come_from_a_peer_and_own_its_pages():
+    live = {7: Prealloc(7, "decode-1", [4, 5, 6], 0)}
+    check_prealloc(Prealloc(8, "decode-1", [7, 8], 1), {"decode-1"}, live)
+    check_prealloc(Prealloc(8, "decode-2", [4, 5], 0), {"decode-1", "decode-2"}, live)
+    bad = [(Prealloc(8, "forged", [7], 1), 409, "unknown peer"),
+           (Prealloc(8, "decode-1", [6, 7], 1), 409, "live room 7"),
+           (Prealloc(8, "decode-1", [9], 0), 409, "live room 7"),  # the aux slot is taken
+           (Prealloc(8, "decode-1", [9, 9], 1), 400, "repeats"),
+           (Prealloc(8, "decode-1", [], 1), 400, "bad page list"),
+           (Prealloc(8, "decode-1", [-1], 1), 400, "bad page list")]
+    for msg, status, text in bad:
+        with pytest.raises(RejectedPrealloc, match=text) as exc:
+            check_prealloc(msg, {"decode-1", "decode-2"}, live)
+        assert exc.value.status == status
+
+
+def test_router_rooms_are_unpredictable_unless_seeded():
+    def rooms(seed):
+        r = Router(RouterConfig(("http://127.0.0.1:1",), ("http://127.0.0.1:2",), seed))
+        return [r._room_rng.getrandbits(63) for _ in range(3)]
+    assert rooms(5) == rooms(5)
+    assert rooms(None) != rooms(None)
+
+
+@pytest.mark.slow
+def test_forged_control_plane_calls_are_refused_and_the_pair_keeps_serving(tmp_path):
+    with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
+        prefill, decode = pair.prefill[0], pair.decode[0]
+        secret = prefill.env[SECRET_ENV]
+        assert decode.env[SECRET_ENV] == secret and len(secret) >= 32
+        with httpx.Client(base_url=prefill.url, timeout=10) as c:
+            for method, path in ROUTES:  # no secret, or a wrong one: 401, nothing done
+                body = {} if method == "post" else None
+                assert c.request(method, path, json=body).status_code == 401, path
+                r = c.request(method, path, json=body, headers={SECRET_HEADER: "x" * 48})
+                assert r.status_code == 401, path
+            ok = {SECRET_HEADER: secret}
+            for path in ("/disagg/connect", "/disagg/prealloc", "/disagg/abort"):
+                assert c.post(path, json={}, headers=ok).status_code == 400, path
+                assert c.post(path, content=b"[1", headers=ok).status_code == 400, path
+            forged = Prealloc(12345, "attacker", [0, 1, 2], 0).to_json()
+            r = c.post("/disagg/prealloc", json=forged, headers=ok)
+            assert r.status_code == 409 and "unknown peer" in r.json()["error"]
+            assert c.post("/disagg/abort", json={"room": "1"}, headers=ok).status_code == 400
+        for srv in (prefill, decode, pair.router):  # debug routes need the pair's token
+            path = "/debug/rooms" if srv is pair.router else "/debug/config"
+            assert httpx.get(srv.url + path).status_code == 401, srv.name
+        ssrf = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                "bootstrap_host": "127.0.0.1", "bootstrap_port": pair.router.port,
+                "bootstrap_room": 99}
+        r = httpx.post(decode.url + "/v1/chat/completions", json=ssrf, timeout=10)
+        assert r.status_code == 400 and "not an allowed prefill" in r.text
+        res = inject_concurrency(pair, sessions=2, turns=2, seed=1, max_tokens=60,
+                                 progress=False)
+        queues = pair.debug("/debug/queues")
+    s = res.summary
+    assert s.completed == s.requests >= 4 and s.errors == 0 and s.flagged == 0
+    assert queues["transfer"] == [] and queues["prealloc"] == []
