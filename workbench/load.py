@@ -121,6 +121,10 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict, rec: Requ
 def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> bool:
     """Folds one SSE chunk into ``rec``; True when it carried generated text or a call."""
     carried = False
+    if isinstance(chunk.get("error"), dict):  # the stream broke upstream and says so
+        rec.error = str(chunk["error"].get("message", "stream error"))[:500]
+        rec.status = int(chunk["error"].get("code") or 502)
+        return False
     if rec.room is None and isinstance(chunk.get("id"), str):
         rec.room = room_of_completion_id(chunk["id"])
     for choice in chunk.get("choices", []):

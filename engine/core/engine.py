@@ -247,7 +247,15 @@ class Engine:
 
     def _abort_all(self) -> None:
         for seq in [*self.scheduler.running, *self.scheduler.waiting]:
-            self._finish(seq, FinishReason.ABORT)
+            try:
+                self._finish(seq, FinishReason.ABORT)
+            except Exception:  # noqa: BLE001 - one request's cleanup never ends the loop
+                log.exception("abort of %s failed", seq.rid)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the engine loop runs (True before ``start`` for in-process use)."""
+        return self._thread is None or self._thread.is_alive()
 
     def capture(self, seq: Sequence) -> None:
         """Keeps a copy of a finishing request's buffers for later dumps (engine thread)."""
@@ -281,6 +289,13 @@ class Engine:
         sched = self.scheduler
         return {"waiting": [{"rid": s.rid, "prompt": len(s.prompt)} for s in sched.waiting],
                 "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in sched.running]}
+
+    def page_counts(self) -> dict[str, int]:
+        """KV pages: ``total``, ``free`` and ``cached`` (held only by the prefix cache); a page
+        in none of the last two is owned by a live request or a quarantine (engine thread)."""
+        cached = self.cache.num_pages if self.cache is not None else 0
+        return {"total": self.allocator.num_pages, "free": self.allocator.num_free,
+                "cached": cached}
 
     def request_table(self) -> dict:
         seqs = [*self.scheduler.running, *self.scheduler.waiting]

@@ -80,7 +80,11 @@ class BootstrapClient:
         try:
             if msg.url not in self.connected:
                 self._connect(msg.url)
-            self.http.post(msg.url + msg.path, json=msg.body).raise_for_status()
+            r = self.http.post(msg.url + msg.path, json=msg.body)
+            if r.status_code == 409 and "unknown peer" in r.text:  # it restarted: a new agent
+                self._connect(msg.url)
+                r = self.http.post(msg.url + msg.path, json=msg.body)
+            r.raise_for_status()
         except Exception as exc:  # noqa: BLE001 - a bad peer must not kill the thread
             self.failed_sends += 1
             self.connected.discard(msg.url)  # handshake again next time (it may have restarted)

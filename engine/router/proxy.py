@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -47,6 +48,12 @@ def passthrough(resp: httpx.Response, headers: dict[str, str]) -> Response:
                     media_type=resp.headers.get("content-type"))
 
 
+def stream_error_event(status: int, message: str) -> bytes:
+    """An OpenAI-style SSE error event: a stream that breaks says so instead of just ending."""
+    body = {"error": {"message": message, "type": "upstream_error", "code": status}}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
 class DecodeStream(StreamingResponse):
     """Decode's SSE bytes, unchanged; however the stream ends (done, upstream error, client
     gone) it closes the decode response and settles the request with ``on_close(status)``."""
@@ -65,6 +72,7 @@ class DecodeStream(StreamingResponse):
         except httpx.HTTPError as exc:
             self._on_error(exc)
             self.status = 502
+            yield stream_error_event(502, f"decode stream broke: {type(exc).__name__}")
 
     async def __call__(self, scope, receive, send) -> None:
         try:

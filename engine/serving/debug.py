@@ -68,7 +68,8 @@ def add_debug_routes(app: FastAPI, engine, token: str | None, open_: bool = Fals
 
     router = APIRouter(prefix="/debug", dependencies=[Depends(guard)])
     views = {"/patches": lambda: _patches(engine), "/config": engine.cfg.to_dict,
-             "/queues": lambda: engine.on_loop(engine.queue_snapshot),
+             "/queues": lambda: engine.on_loop(
+                 lambda: engine.queue_snapshot() | {"pages": engine.page_counts()}),
              "/transfers": lambda: _transfers(engine), "/hicache": lambda: _hicache(engine),
              "/requests": lambda: engine.on_loop(engine.request_table)
              | {"captured": engine.captures.keys()}}

@@ -108,7 +108,10 @@ class ChatServer:
         return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model",
                                             "owned_by": "pd-workbench", "created": 0}]}
 
-    async def health(self) -> dict:
+    async def health(self):
+        """200 while the engine loop runs; 503 once it died (a router stops sending here)."""
+        if not self.engine.alive:
+            return error(503, "engine loop is not running")
         return {"status": "ok"}
 
     async def health_generate(self) -> JSONResponse:
