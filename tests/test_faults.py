@@ -34,7 +34,7 @@ def _settled(pair, timeout_s: float = 40.0) -> dict:
     """Waits until no room is queued anywhere and every page is free or cached."""
     deadline, last = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline:
-        last = {s.name: pair.debug("/debug/queues", s) for s in pair.servers}
+        last = {s.name: pair.debug("/debug/queues", s) for s in [*pair.prefill, *pair.decode]}
         busy = any(q.get(k) for q in last.values() for k in
                    ("prealloc", "transfer", "quarantine", "bootstrap", "waiting", "inflight",
                     "running"))

@@ -44,6 +44,8 @@ class BootstrapClient:
         self.heartbeat_misses = heartbeat_misses
         self.http = httpx.Client(timeout=timeout_s, headers={SECRET_HEADER: secret})
         self.connected: set[str] = set()
+        self._watched: set[str] = set()  # every prefill ever connected, heartbeated until exit
+        self._dead_since: dict[str, float] = {}
         self.misses: dict[str, int] = {}
         self._outboxes: dict[str, queue.Queue[Outgoing]] = {}
         self._lock = threading.Lock()
@@ -67,13 +69,19 @@ class BootstrapClient:
     def is_dead(self, url: str) -> bool:
         return self.misses.get(url, 0) >= self.heartbeat_misses
 
+    def dead_since(self, url: str) -> float | None:
+        """``time.monotonic()`` when ``url`` was declared dead; None while it answers."""
+        return self._dead_since.get(url)
+
     def _connect(self, url: str) -> None:
         blob = EndpointBlob.from_json(self.http.get(url + "/disagg/endpoint").json())
         self.endpoint.connect(blob)
         r = self.http.post(url + "/disagg/connect", json=self.endpoint.blob().to_json())
         r.raise_for_status()
         self.connected.add(url)
+        self._watched.add(url)
         self.misses[url] = 0
+        self._dead_since.pop(url, None)
         log.info("connected to prefill %s (%s)", url, blob.agent_name)
 
     def _send(self, msg: Outgoing) -> None:
@@ -97,14 +105,18 @@ class BootstrapClient:
             self._send(outbox.get())
 
     def _heartbeat(self) -> None:
-        for url in list(self.connected):
+        for url in list(self._watched):
             try:
                 ok = self.http.get(url + "/health", timeout=1.0).status_code == 200
             except httpx.HTTPError:
                 ok = False
             self.misses[url] = 0 if ok else self.misses.get(url, 0) + 1
-            if self.is_dead(url):
+            if ok:
+                self._dead_since.pop(url, None)
+            elif self.is_dead(url) and url not in self._dead_since:
+                self._dead_since[url] = time.monotonic()
                 self.connected.discard(url)
+                log.warning("prefill %s is dead (%d missed heartbeats)", url, self.misses[url])
 
     def _beat(self) -> None:
         while True:

@@ -123,8 +123,9 @@ class DecodeEngine(Engine):
             if not room.orphaned:
                 self._cleanup(room)
             return
-        if self.bootstrap.is_dead(room.prefill_url):
-            self.states.fail(room.room, "prefill unreachable")
+        died = self.bootstrap.dead_since(room.prefill_url)
+        if died is not None and room.created < died:  # later rooms: the bootstrap thread fails
+            self.states.fail(room.room, "prefill unreachable")  # them if still unreachable
             return
         if time.monotonic() - room.created > self.waiting_timeout_s:
             self.states.fail(room.room, "waiting timeout")
