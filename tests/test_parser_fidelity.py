@@ -55,6 +55,17 @@ def test_the_leaky_sglang_release_leaks_markup_where_the_pinned_one_drops_it(cas
     assert sum(sgl.parse(c.text, TOOLS).leaked for c in opener) == leaks_new
 
 
+def test_vllm_variant_agrees_with_the_real_vllm_parser(cases, vllm_env, capsys):
+    """vLLM's parser runs in the vLLM side environment, driven as its chat serving drives it."""
+    from vllm_parser_run import vllm_reference
+
+    ours = get_parser("vllm")
+    a = compare(cases, vllm_reference(cases), variant_runner(ours.parse, ours.streamer))
+    with capsys.disabled():
+        print("\n" + a.table("vllm vs vLLM 0.32 DeepSeekV32 engine parser"))
+    assert a.rate("one_shot") >= TARGET and a.rate("streamed") >= TARGET, a.misses[:3]
+
+
 def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
     strict = get_parser("strict")
     a = compare(cases, variant_runner(strict.parse, strict.streamer),
@@ -67,7 +78,7 @@ def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
 
 
 def test_parser_registry_is_checked_by_the_config():
-    assert PARSERS.names() == ["sglang", "sglang-leaky", "strict"]
+    assert PARSERS.names() == ["sglang", "sglang-leaky", "strict", "vllm"]
     assert EngineConfig(tool_parser="sglang").to_dict()["tool_parser"] == "sglang"
-    with pytest.raises(UnknownVariantError, match="valid: sglang, sglang-leaky, strict"):
+    with pytest.raises(UnknownVariantError, match="valid: sglang, sglang-leaky, strict, vllm"):
         EngineConfig(tool_parser="vllm-next")

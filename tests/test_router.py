@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from metrics_check import metric_families
 from upstream_app import sse_chunk
 
 from engine.registry import UnknownVariantError
@@ -251,5 +252,6 @@ def test_health_models_and_metrics(cluster):
     chat(cluster, "main")
     metrics = client.get(urls["main"] + "/metrics").text
     assert 'pdwb_router_requests_total{status="200"}' in metrics
+    assert metric_families(urls["main"])["pdwb_router_requests"].type == "counter"
     assert "# TYPE pdwb_router_in_flight_requests gauge" in metrics
     assert client.get(urls["main"] + "/debug/rooms", params={"limit": 1}).json()[0]["status"]

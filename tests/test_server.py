@@ -7,6 +7,7 @@ import json
 import httpx
 import openai
 import pytest
+from metrics_check import metric_families
 
 from engine.training.datagen import make_transcript
 from engine.training.train import EVAL_SEED_BASE
@@ -107,8 +108,18 @@ def test_bad_input_is_a_clear_4xx_and_server_keeps_serving(server, body, needle)
 
 def test_models_and_metrics(server):
     assert httpx.get(server.url + "/v1/models").json()["data"][0]["id"] == "tiny-deepseek"
-    text = httpx.get(server.url + "/metrics").text
-    assert "pdwb_free_pages" in text and "pdwb_requests_total" in text
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    assert httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).is_success
+    families = metric_families(server.url)
+    assert families["pdwb_requests"].type == "counter"
+    assert families["pdwb_free_pages"].type == "gauge"
+    assert families["pdwb_generated_tokens"].type == "counter"
+    for name in ("time_to_first_token_seconds", "inter_token_latency_seconds",
+                 "e2e_request_latency_seconds"):
+        fam = families[f"pdwb_{name}"]
+        assert fam.type == "histogram" and fam.documentation
+        count = next(s.value for s in fam.samples if s.name.endswith("_count"))
+        assert count >= 1, name
 
 
 def test_debug_routes_are_loopback_only_and_token_protected():

@@ -215,6 +215,11 @@ class DecodeEngine(Engine):
             return
         super()._finish(seq, reason)
 
+    def queue_sizes(self) -> dict[str, int]:
+        """Rooms per decode queue (any thread; a scrape may be a step stale)."""
+        return {"prealloc": len(self.prealloc), "transfer": len(self.transfer),
+                "quarantine": len(self.quarantine)}
+
     def queue_snapshot(self) -> dict:
         now = time.monotonic()
 

@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -57,6 +58,7 @@ class PrefillEngine(Engine):
         self.early: OrderedDict[int, Prealloc] = OrderedDict()  # bounded: MAX_EARLY_PREALLOCS
         self.peers: dict = {}
         self.bootstrap_timeout_s = bootstrap_timeout_s
+        self.on_transfer: Callable[[float, int], None] | None = None  # (seconds, bytes) per room
         self._lock = threading.Lock()
         self.queues = [queue.Queue() for _ in range(sender_workers)]
         for i, q in enumerate(self.queues):
@@ -197,7 +199,7 @@ class PrefillEngine(Engine):
         n_pages = -(-len(room.seq.prompt) // S)
         src, dst = room.seq.pages[:n_pages], room.prealloc.dst_pages[:n_pages]
         layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
-        handles = []
+        handles, t0 = [], time.monotonic()
         for layer in range(self.model.cfg.n_layers):
             if self.states.get(room.room) is RoomState.FAILED:
                 break
@@ -219,6 +221,8 @@ class PrefillEngine(Engine):
             handles.append(self.endpoint.write_pages(peer, [aux_write], aux_tag))
         ok = self._wait_all(handles)
         final = RoomState.SUCCESS if ok and not failed else RoomState.FAILED
+        if final is RoomState.SUCCESS and self.on_transfer is not None:
+            self.on_transfer(time.monotonic() - t0, layer_bytes * self.model.cfg.n_layers)
         kind = TagKind.DONE if final is RoomState.SUCCESS else TagKind.FAILED
         self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
@@ -230,6 +234,13 @@ class PrefillEngine(Engine):
             ok &= self.endpoint.wait(h, timeout_s=timeout_s) is TransferStatus.DONE
             self.endpoint.release(h)
         return ok
+
+    def queue_sizes(self) -> dict[str, int]:
+        """Rooms per prefill queue (any thread; a scrape may be a step stale)."""
+        states = [self.states.get(r.room) for r in list(self.rooms.values())]
+        return {"bootstrap": states.count(RoomState.BOOTSTRAPPING) + states.count(None),
+                "waiting": states.count(RoomState.WAITING_FOR_INPUT),
+                "inflight": states.count(RoomState.TRANSFERRING)}
 
     def queue_snapshot(self) -> dict:
         now = time.monotonic()

@@ -40,10 +40,15 @@ class PrefillServer(ChatServer):
                  port: int = 0, *, secret: str, debug_open: bool = False) -> None:
         super().__init__(engine, debug_token, port, debug_open=debug_open)
         self.secret = secret
+        engine.on_transfer = self._on_transfer
         self.app.get("/disagg/endpoint")(self.endpoint)
         self.app.post("/disagg/connect")(self.connect)
         self.app.post("/disagg/prealloc")(self.prealloc)
         self.app.post("/disagg/abort")(self.abort)
+
+    def _on_transfer(self, seconds: float, nbytes: int) -> None:
+        self.metrics.observe("transfer_seconds", seconds)
+        self.metrics.inc("transfer_bytes", nbytes)
 
     async def _control_body(self, request: Request) -> dict:
         """The body of a control-plane call: 401 without the secret, 400 unless a JSON object."""

@@ -28,7 +28,7 @@ from dataclasses import asdict
 
 import httpx
 from fastapi import Depends, FastAPI, Query, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import Response
 
 from engine.router.proxy import (
     CLIENT_CLOSED,
@@ -44,7 +44,7 @@ from engine.serving.debug import check_access
 from engine.serving.errors import BadRequestError, json_object
 from engine.serving.errors import error_response as error
 from engine.serving.limits import BodyLimit
-from engine.serving.metrics import Metrics
+from engine.serving.metrics import ROUTER, Metrics
 
 log = logging.getLogger(__name__)
 CHAT_PATH = "/v1/chat/completions"
@@ -56,7 +56,8 @@ class Router:
 
     def __init__(self, cfg: RouterConfig) -> None:
         self.cfg = cfg
-        self.metrics = Metrics(prefix="pdwb_router")
+        self.metrics = Metrics(prefix="pdwb_router", families=ROUTER, gauges=lambda: {
+            "in_flight_requests": ("requests being routed", len(self._active))})
         self.rooms = RoomLog(cfg.history)
         self.client = httpx.AsyncClient(timeout=cfg.timeout_s, trust_env=False,
                                         limits=httpx.Limits(max_connections=None))
@@ -237,9 +238,10 @@ class Router:
         """GET /health: the router itself is up."""
         return {"status": "ok"}
 
-    async def prometheus(self) -> PlainTextResponse:
-        """GET /metrics."""
-        return PlainTextResponse(self.metrics.render({"in_flight_requests": len(self._active)}))
+    async def prometheus(self, request: Request) -> Response:
+        """GET /metrics (OpenMetrics when the scraper asks for it)."""
+        body, content_type = self.metrics.render(request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
 
     async def debug_rooms(self, limit: int = Query(100, ge=1)) -> list[dict]:
         """GET /debug/rooms?limit=N: the last N assignments, oldest first."""

@@ -93,7 +93,7 @@ class Message(_Request):
 
 
 class PropertySchema(_Schema):
-    type: Literal["string", "integer", "number", "boolean"]
+    type: Literal["string", "integer", "number", "boolean", "array", "object"]
     description: str | None = None
 
 

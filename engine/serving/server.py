@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 import pydantic
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
@@ -88,7 +89,7 @@ class ChatServer:
         self.port = port
         self.parser = get_parser(engine.cfg.tool_parser)
         self.default_max_tokens = min(256, engine.cfg.max_new_tokens)
-        self.metrics = Metrics()
+        self.metrics = Metrics(gauges=lambda: engine_gauges(self.engine))
         self.app = FastAPI(title="pd-workbench engine")
         self.app.add_middleware(BodyLimit, max_bytes=engine.cfg.max_body_bytes)
         add_debug_routes(self.app, engine, debug_token, debug_open)
@@ -137,8 +138,20 @@ class ChatServer:
     async def get_load(self) -> list:
         return await asyncio.to_thread(self.engine.on_loop, lambda: native.load_info(self.engine))
 
-    async def prometheus(self) -> PlainTextResponse:
-        return PlainTextResponse(self.metrics.render(engine_gauges(self.engine)))
+    async def prometheus(self, request: Request) -> Response:
+        body, content_type = self.metrics.render(request.headers.get("accept", ""))
+        return Response(body, media_type=content_type)
+
+    def _observe(self, gen: Generation) -> None:
+        """Latency histograms of a finished generation (arrival, first and last token)."""
+        if gen.first_token_at is None:
+            return
+        end = time.time()
+        self.metrics.observe("time_to_first_token_seconds", gen.first_token_at - gen.created)
+        self.metrics.observe("e2e_request_latency_seconds", end - gen.created)
+        if len(gen.tokens) > 1:
+            self.metrics.observe("inter_token_latency_seconds",
+                                 (end - gen.first_token_at) / (len(gen.tokens) - 1))
 
     def plan(self, req: ChatCompletionRequest) -> PromptPlan:
         choice = req.tool_choice
@@ -212,6 +225,7 @@ class ChatServer:
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:
         await self._drain(gen, request)
+        self._observe(gen)
         parsed = self._parser(gen).parse(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
         message = ResponseMessage(content=parsed.content or None,
@@ -264,6 +278,7 @@ class ChatServer:
             pending = []
         for d in det.finish():
             yield chunk(self._delta(d))
+        self._observe(gen)
         self._count_leak(det.leaked)
         yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
         if include_usage:

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from engine.text import tokenizer as T
 
-SCHEMA_TYPES = {"string": "str", "integer": "int", "number": "num", "boolean": "bool"}
+SCHEMA_TYPES = {"string": "str", "integer": "int", "number": "num", "boolean": "bool",
+                "array": "arr", "object": "obj"}
 
 
 @dataclass(frozen=True)

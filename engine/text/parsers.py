@@ -7,6 +7,9 @@
   leaking; streaming can differ from one-shot and between chunkings, as SGLang's does.
 - ``sglang-leaky``: SGLang 0.5.15's detector, serving included (``engine.text.sglang_leaky``):
   when no call parses the whole text, raw DSML included, is the content (0.5.6-0.5.15).
+- ``vllm``: vLLM 0.32's DeepSeek-V3.2 engine parser (``engine.text.vllm_dsml``): content is the
+  prose before the first opener, truncated and unknown calls are kept, JSON bodies lose their
+  arguments, streamed arguments can stay unclosed and depend on the chunking.
 
 Each variant gives ``parse(text, tools) -> ParseResult`` and ``streamer(tools)``, an object with
 ``feed(delta) -> [StreamEvent]``, ``finish() -> [StreamEvent]``, ``calls``, ``leaked`` and
@@ -32,6 +35,7 @@ from engine.text.dsml import (
 from engine.text.dsml_grammar import has_marker
 from engine.text.sglang_dsml import SGLangStreamParser, parse_sglang
 from engine.text.sglang_leaky import SGLangLeakyStreamParser, parse_sglang_leaky
+from engine.text.vllm_dsml import VllmStreamParser, parse_vllm
 
 
 class StreamParser(Protocol):
@@ -95,6 +99,10 @@ PARSERS.register("sglang", ToolParser(
 PARSERS.register("sglang-leaky", ToolParser(
     "sglang-leaky", parse_sglang_leaky, SGLangLeakyStreamParser,
     "SGLang 0.5.15 DeepSeekV32Detector: no call parsed -> the whole text, DSML too, is content"))
+PARSERS.register("vllm", ToolParser(
+    "vllm", parse_vllm, VllmStreamParser,
+    "vLLM 0.32 DeepSeekV32 engine parser: prose before the first opener, truncated and unknown "
+    "calls kept, streamed arguments may be unclosed and chunk-dependent"))
 
 
 def get_parser(name: str) -> ToolParser:
