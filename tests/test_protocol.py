@@ -89,7 +89,7 @@ BAD_REQUESTS = {
     "schema_not_object": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "array"}}}]}, "tools[0].function.parameters.type"),
     "schema_bad_prop_type": ({"tools": [{"type": "function", "function": {
-        "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "array"}}}}}]},
+        "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "tuple"}}}}}]},
         "tools[0].function.parameters.properties.x.type"),
     "schema_prop_without_type": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"properties": {"x": {}}}}}]},

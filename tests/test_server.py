@@ -213,3 +213,25 @@ def test_oversized_and_hostile_bodies_are_refused_and_the_server_keeps_serving(s
     ok = client(server).chat.completions.create(model="m", messages=messages, tools=tools,
                                                 max_tokens=160)
     assert ok.choices[0].finish_reason == "tool_calls"
+
+
+def test_stop_strings_end_the_output_before_the_first_match(server):
+    body = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "max_tokens": 40, "ignore_eos": True, "tool_choice": "none"}
+    full = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()
+    text = full["choices"][0]["message"]["content"]
+    assert text and len(text) > 8, full
+    stop = text[5:8]
+    want = text[:text.find(stop)]
+    r = httpx.post(server.url + "/v1/chat/completions", json={**body, "stop": [stop, "\x00"]},
+                   timeout=60).json()["choices"][0]
+    assert (r["message"]["content"] or "") == want and r["finish_reason"] == "stop"
+    streamed, finish = "", None
+    with httpx.stream("POST", server.url + "/v1/chat/completions", timeout=60,
+                      json={**body, "stop": stop, "stream": True}) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                choice = json.loads(line[6:])["choices"][0]
+                streamed += choice["delta"].get("content") or ""
+                finish = choice.get("finish_reason") or finish
+    assert streamed == want and finish == "stop"

@@ -31,7 +31,8 @@ def chat_admission(plan: PromptPlan, req: ChatCompletionRequest,
                             logprobs=req.logprobs_n())
     return Admission(plan, params,
                      Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
-                     OutputOptions(req.skip_special_tokens, req.no_stop_trim))
+                     OutputOptions(req.skip_special_tokens, req.no_stop_trim,
+                                   tuple(req.stop or ())))
 
 
 def native_admission(tk: Tokenizer, req: GenerateRequest, default_max_tokens: int) -> Admission:

@@ -17,6 +17,7 @@ from engine.core.engine import Engine
 from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent, TokenLogprob
 from engine.text import tokenizer as T
 from engine.text.chat import ToolSpec, render_prompt
+from engine.text.dsml_grammar import partial_suffix
 
 _ids = itertools.count()
 
@@ -36,6 +37,7 @@ class OutputOptions:
 
     skip_special_tokens: bool = True  # control tokens (BOS, EOS, roles, PAD) are not rendered
     no_stop_trim: bool = False  # keep the matched stop (EOS) in the text
+    stop: tuple[str, ...] = ()  # OpenAI ``stop``: output ends before the first match
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ class Generation:
         self.output = output
         self.logprobs: list[TokenLogprob] = []
         self.seq = Sequence(self.rid, plan.ids, params, sink=self._sink)
+        self._text = ""  # the generated text (forced prefix excluded)
+        self._released = 0  # how much of it ``take_text`` gave out
+        self.stop_cut: int | None = None  # where a stop string starts, once one matched
 
     def _sink(self, ev: TokenEvent) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, ev)
@@ -96,6 +101,9 @@ class Generation:
                     self.tokens.append(ev.token)
                     if ev.logprob is not None:
                         self.logprobs.append(ev.logprob)
+                    if self._append_text(ev.token):
+                        self.engine.abort(self.rid)
+                        self.finish_reason = FinishReason.STOP
                     yield ev
                 if ev.finish_reason is not None:
                     self.finish_reason = ev.finish_reason
@@ -112,9 +120,32 @@ class Generation:
             return ""
         return tk.token_text(token)
 
+    def _append_text(self, token: int) -> bool:
+        """Adds ``token``'s text; True when that completed the first stop-string match."""
+        piece = self.text_of(token)
+        self._text += piece
+        stops = self.output.stop
+        if not stops or self.stop_cut is not None:
+            return False
+        start = max(0, len(self._text) - len(piece) - max(map(len, stops)) + 1)
+        hits = [i for s in stops if (i := self._text.find(s, start)) >= 0]
+        if hits:
+            self.stop_cut = min(hits)
+        return bool(hits)
+
+    def take_text(self, final: bool = False) -> str:
+        """Generated text not given out yet, minus a tail that may still become a stop string
+        (all of it when ``final``); never anything from a matched stop string on."""
+        end = len(self._text) if self.stop_cut is None else self.stop_cut
+        if self.stop_cut is None and not final and self.output.stop:
+            end -= max(partial_suffix(self._text, s) for s in self.output.stop)
+        out = self._text[self._released:end]
+        self._released = max(self._released, end)
+        return out
+
     def text(self) -> str:
-        """The completion so far as text (the forced prefix included)."""
-        return self.plan.forced_prefix + "".join(self.text_of(t) for t in self.tokens)
+        """The completion so far as text (the forced prefix included, a stop string not)."""
+        return self.plan.forced_prefix + self._text[:self.stop_cut]
 
     @property
     def prompt_tokens(self) -> int:

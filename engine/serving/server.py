@@ -271,12 +271,12 @@ class ChatServer:
 
         yield chunk(Delta(role="assistant", content=""))
         pending = [gen.plan.forced_prefix] if gen.plan.forced_prefix else []
-        async for ev in gen.events():
-            pending.append(gen.text_of(ev.token))
+        async for _ in gen.events():
+            pending.append(gen.take_text())
             for d in det.feed("".join(pending)):
                 yield chunk(self._delta(d))
             pending = []
-        for d in det.finish():
+        for d in det.feed("".join([*pending, gen.take_text(final=True)])) + det.finish():
             yield chunk(self._delta(d))
         self._observe(gen)
         self._count_leak(det.leaked)
