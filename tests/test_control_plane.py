@@ -82,3 +82,18 @@ def test_forged_control_plane_calls_are_refused_and_the_pair_keeps_serving(tmp_p
     s = res.summary
     assert s.completed == s.requests >= 4 and s.errors == 0 and s.flagged == 0
     assert queues["transfer"] == [] and queues["prealloc"] == []
+
+
+def test_finished_rooms_are_forgotten_after_the_grace_and_failed_ones_stay_failed():
+    from engine.disagg.state import RoomState, TransferStateTable
+
+    table = TransferStateTable(grace_s=0.0)
+    for room in range(100):
+        table.update(room, RoomState.BOOTSTRAPPING)
+        table.update(room, RoomState.SUCCESS if room % 2 else RoomState.FAILED)
+    table.update(1000, RoomState.BOOTSTRAPPING)
+    assert len(table) <= 2  # only the live room (and the last finished one) kept
+    assert table.get(1000) is RoomState.BOOTSTRAPPING
+    assert table.get(4) is RoomState.FAILED  # remembered; never resurrected
+    assert table.update(4, RoomState.TRANSFERRING) is RoomState.FAILED
+    assert table.get(5) is None

@@ -31,13 +31,18 @@ class RoomRecord:
 
 
 class TransferStateTable:
-    """Thread-safe table of rooms; failed rooms are remembered (bounded) after ``clear``."""
+    """Thread-safe table of rooms; failed rooms are remembered (bounded) after ``clear``.
 
-    def __init__(self, remember_failed: int = 65536) -> None:
+    Bounded: a room in Success or Failed for ``grace_s`` is forgotten (a failed one stays in the
+    bounded failed memory, so it still reads Failed and is never resurrected)."""
+
+    def __init__(self, remember_failed: int = 65536, grace_s: float = 60.0) -> None:
         self._lock = threading.Lock()
         self._rooms: dict[int, RoomRecord] = {}
         self._failed: OrderedDict[int, str] = OrderedDict()
         self._remember = remember_failed
+        self.grace_s = grace_s
+        self._pruned_at = time.monotonic()
 
     def update(self, room: int, state: RoomState, reason: str = "") -> RoomState:
         """Moves ``room`` to ``state`` if that is forward; returns the room's resulting state."""
@@ -47,10 +52,24 @@ class TransferStateTable:
             cur = self._rooms.get(room)
             if cur is not None and (cur.state is RoomState.FAILED or state <= cur.state):
                 return cur.state
-            self._rooms[room] = RoomRecord(room, state, time.monotonic(), reason)
+            now = time.monotonic()
+            self._rooms[room] = RoomRecord(room, state, now, reason)
             if state is RoomState.FAILED:
                 self._remember_failed(room, reason)
+            if now - self._pruned_at >= min(1.0, self.grace_s):
+                self._prune(now)
             return state
+
+    def _prune(self, now: float) -> None:
+        self._pruned_at = now
+        done = [r.room for r in self._rooms.values() if r.state >= RoomState.SUCCESS
+                and now - r.since >= self.grace_s]
+        for room in done:
+            del self._rooms[room]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._rooms)
 
     def fail(self, room: int, reason: str) -> None:
         self.update(room, RoomState.FAILED, reason)
