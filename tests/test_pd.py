@@ -91,4 +91,7 @@ def test_reproduce_with_a_cap_stops_starting_bursts_at_the_cap(tmp_path):
     assert b["t_s"].is_sorted() and rep.flagged == 0
     starts = [rep.launch_s, *b["t_s"].to_list()[:-1]]  # each burst starts when the last ends
     assert all(t < cap_s for t in starts), (starts, cap_s)
-    assert rep.requests["seed"].unique().sort().to_list() == list(rep.seeds)
+    # a burst started just before the cap may get too little time to send a request
+    answered = b.filter(pl.col("requests") > 0)["seed"].to_list()
+    assert set(answered) <= set(rep.requests["seed"].to_list()) <= set(rep.seeds)
+    assert answered and answered == list(rep.seeds[:len(answered)])
