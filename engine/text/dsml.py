@@ -106,6 +106,21 @@ def arguments_json(arguments: dict) -> str:
     return json.dumps(arguments)
 
 
+class LoggedStream:
+    """``leaked`` and ``result()`` of a streaming parser variant that keeps its emitted content
+    in ``self._log`` (a ``ContentLog``) and its calls in ``self.calls``."""
+
+    _log: ContentLog
+    calls: tuple[ToolCall, ...]
+
+    @property
+    def leaked(self) -> bool:
+        return self._log.leaked
+
+    def result(self) -> ParseResult:
+        return ParseResult(self._log.text(), self.calls, self.leaked)
+
+
 def tool_call_id(index: int, call: ToolCall) -> str:
     """Deterministic id: ``call_<index>_<first 8 hex of sha1(name + arguments_json)>``."""
     digest = hashlib.sha1((call.name + arguments_json(call.arguments)).encode()).hexdigest()

@@ -31,6 +31,7 @@ from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import (
     ContentDelta,
     ContentLog,
+    LoggedStream,
     ParseResult,
     StreamEvent,
     ToolCallDelta,
@@ -136,7 +137,7 @@ def parse_sglang(text: str, tools: list[ToolSpec] | None) -> ParseResult:
     return ParseResult(content, tuple(calls), has_marker(content))
 
 
-class SGLangStreamParser:
+class SGLangStreamParser(LoggedStream):
     """Streaming parse as SGLang's ``parse_streaming_increment`` + ``finish``."""
 
     def __init__(self, tools: list[ToolSpec] | None) -> None:
@@ -149,13 +150,6 @@ class SGLangStreamParser:
     @property
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(self._calls)
-
-    @property
-    def leaked(self) -> bool:
-        return self._log.leaked
-
-    def result(self) -> ParseResult:
-        return ParseResult(self._log.text(), self.calls, self.leaked)
 
     def feed(self, delta: str) -> list[StreamEvent]:
         out: list[StreamEvent] = []

@@ -36,7 +36,14 @@ from partial_json_parser.core.options import Allow
 
 from engine.text import tokenizer as T
 from engine.text.chat import ToolCall, ToolSpec
-from engine.text.dsml import ContentDelta, ContentLog, ParseResult, StreamEvent, ToolCallDelta
+from engine.text.dsml import (
+    ContentDelta,
+    ContentLog,
+    LoggedStream,
+    ParseResult,
+    StreamEvent,
+    ToolCallDelta,
+)
 from engine.text.dsml_grammar import has_marker
 from engine.text.sglang_dsml import _BLOCK, _INVOKE, _PARAM, DSML, INVOKE_START, _complete
 
@@ -131,7 +138,7 @@ def _common_prefix(a: str, b: str) -> str:
     return a[:n]
 
 
-class SGLangLeakyStreamParser:
+class SGLangLeakyStreamParser(LoggedStream):
     """Streaming parse as SGLang 0.5.15's ``parse_stream_chunk`` per delta, plus the chat
     serving's end-of-stream ``_check_for_unstreamed_tool_args``."""
 
@@ -148,13 +155,6 @@ class SGLangLeakyStreamParser:
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(ToolCall(n, _loads_or_empty(s)) for n, s in zip(self._names, self._sent,
                                                                        strict=False))
-
-    @property
-    def leaked(self) -> bool:
-        return self._log.leaked
-
-    def result(self) -> ParseResult:
-        return ParseResult(self._log.text(), self.calls, self.leaked)
 
     def feed(self, delta: str) -> list[StreamEvent]:
         if not self._parse:

@@ -47,6 +47,7 @@ from engine.text.chat import SCHEMA_TYPES, ToolCall, ToolSpec
 from engine.text.dsml import (
     ContentDelta,
     ContentLog,
+    LoggedStream,
     ParseResult,
     StreamEvent,
     ToolCallDelta,
@@ -280,7 +281,7 @@ def parse_vllm(text: str, tools: list[ToolSpec] | None) -> ParseResult:
     return ParseResult(content, tuple(_as_call(n, a) for n, a in calls), has_marker(content))
 
 
-class VllmStreamParser:
+class VllmStreamParser(LoggedStream):
     """Streaming parse as vLLM's ``parse_delta`` per delta, then its end-of-stream flush."""
 
     def __init__(self, tools: list[ToolSpec] | None) -> None:
@@ -292,13 +293,6 @@ class VllmStreamParser:
     @property
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(_as_call(n, a) for n, a in self._calls.values())
-
-    @property
-    def leaked(self) -> bool:
-        return self._log.leaked
-
-    def result(self) -> ParseResult:
-        return ParseResult(self._log.text(), self.calls, self.leaked)
 
     def feed(self, delta: str) -> list[StreamEvent]:
         out: list[StreamEvent] = []
