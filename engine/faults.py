@@ -26,6 +26,7 @@ class FaultConfig:
     hicache_jitter: float = 0.0
     peer_pause_every: int = 0
     peer_pause_ms: float = 0.0
+    aux_delay_ms: float = 0.0  # the aux row's WRITE is posted this long after the last layer's
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -57,6 +58,12 @@ class FaultInjector:
         c = self.cfg
         return self._delay("transfer", key, nbytes, c.transfer_ns_per_byte, c.transfer_jitter,
                            c.transfer_fixed_ms)
+
+    def aux_delay(self, key: object) -> float:
+        """Seconds between a room's last layer WRITE and its aux WRITE (NIXL orders neither the
+        writes nor their notifications); ``transfer_jitter`` applies."""
+        c = self.cfg
+        return self._delay("aux", key, 0, 0.0, c.transfer_jitter, c.aux_delay_ms)
 
     def hicache_delay(self, key: object, nbytes: int) -> float:
         """Seconds a host->device load-back copy of ``nbytes`` takes (key: job, layer, buffer)."""

@@ -13,9 +13,14 @@ from engine.registry import Registry
 
 @dataclass(frozen=True)
 class Patch:
+    """A patch variant. ``modifier`` ones are not bugs on their own (they change timing or
+    scheduling); ``mirrors`` names the public bug class the variant reproduces."""
+
     name: str
     description: str
     bug_class: str
+    mirrors: str = ""
+    modifier: bool = False
 
 
 PATCHES: Registry[Patch] = Registry("patch variant")
@@ -27,25 +32,81 @@ for _p in (
           "index-K pages still loading.",
           "missing synchronization (read-before-load race) -> stale index-K at the prefill and, "
           "shipped, at every decode step: wrong top-k, corrupted output / DSML leaking into "
-          "content"),
+          "content", "layer-wise cache load without a per-layer ready gate (the seed's bug)"),
     Patch("bf16_index_k",
           "Store index-K in bf16 instead of fp8 e4m3: twice the bytes per token, so every copy "
           "of index-K (load-back, transfer) takes longer.",
-          "race-window widening (a benign-looking change that makes a latent race fire)"),
+          "race-window widening (a benign-looking change that makes a latent race fire)",
+          modifier=True),
     Patch("abort_orphan_transfer_entry",
           "Decode abort cleanup marks the room Failed but leaves its entry (and its pages) in "
           "the transfer queue.",
-          "resource leak -> transfer queue fills with orphans and wedges"),
+          "resource leak -> transfer queue fills with orphans and wedges",
+          "abort cleanup leaving transfer-queue entries (the seed's wedge)"),
     Patch("late_write_after_abort",
           "Decode frees an aborted room's pages at once, while the prefill may still be "
           "writing into them; the pages are reused by another request.",
-          "use-after-free via a late one-sided NIXL WRITE -> corruption of an unrelated request"),
+          "use-after-free via a late one-sided NIXL WRITE -> corruption of an unrelated request",
+          "freeing pages a one-sided WRITE may still land in"),
     Patch("overlap_schedule",
           "Overlap scheduling: the next batch is scheduled while the previous step's results "
           "are still being processed, so finished/aborted requests are released one step late.",
-          "ordering change that shifts race windows (SGLang's default overlap mode)"),
+          "ordering change that shifts race windows (SGLang's default overlap mode)",
+          modifier=True),
+    Patch("hicache_kv_no_wait",
+          "HiCache layer-wise load-back: the attention reads a loaded prefix's K/V of layer i "
+          "without waiting for the layer's done counter (only index-K is waited for), and the "
+          "PD sender ships K/V pages still loading.",
+          "missing synchronization on K/V (read-before-load race) -> stale K/V, corrupted output",
+          "layer-wise cache load without a per-layer ready gate"),
+    Patch("chunk_prev_token_dropped",
+          "Chunked prefill: the first token of every chunk starting at a multiple of chunk_size "
+          "is prepared without its previous-token input, as if chunks were prepared "
+          "independently.",
+          "deterministic scheduling / batch-preparation bug -> every prompt crossing a chunk "
+          "boundary is corrupted at that position, in K, V and index-K",
+          "chunked-prefill position or input offset errors"),
+    Patch("index_k_not_backed_up",
+          "HiCache eviction backs K/V up to host memory but not index-K (and its scales): a "
+          "prefix loaded back has host index-K that was never written.",
+          "cache-tier coverage bug -> a reloaded prefix has garbage index-K, wrong top-k",
+          "a new per-token buffer (the DSA indexer's) missing from the host cache tier"),
+    Patch("aux_read_before_landed",
+          "Decode starts decoding once every KV layer arrived, without waiting for the aux row's "
+          "notification, and trusts a still-zero aux row (no room check when it reads 0).",
+          "metadata race -> the first token read from a zero aux row",
+          "SGLang's decode metadata gate (aux/metadata buffer read before it was written)"),
+    Patch("aux_slot_double_free",
+          "Decode returns a room's aux slot to the free list twice when it starts decoding, so "
+          "two later rooms share one aux slot.",
+          "resource double-free on the decode -> a room reads another room's aux row "
+          "(aux room X != Y, aborted requests or wrong first tokens)",
+          "double free of transfer metadata slots"),
+    Patch("sender_stale_prefix_pages",
+          "PD sender: the cached-prefix part of a room is shipped from the pages the same "
+          "sender worker shipped for its previous room.",
+          "wrong source pages in a transfer -> the decode holds another request's K/V prefix",
+          "a KV sender shipping another request's cached pages (stale page-index reuse)"),
+    Patch("index_k_scale_not_sent",
+          "PD sender ships K, V and index-K but not the index-K scales: the decode reads "
+          "whatever scales its pages held.",
+          "incomplete transfer of a buffer family -> the decode's indexer picks wrong top-k",
+          "a per-token buffer left out of the KV transfer (indexer buffers in PD)"),
+    Patch("late_notification_recreates_room",
+          "Decode: a notification for a room it no longer tracks (e.g. the prefill's DONE after "
+          "decoding started) re-creates that room's transfer state, which then never ends.",
+          "state resurrection -> rooms stuck in Transferring, bookkeeping grows without bound",
+          "late notifications recreating cleared transfer state"),
+    Patch("transfer_timeout_leaks_room",
+          "Decode: a room whose transfer times out is dropped from the transfer queue without "
+          "freeing its pages or aux slot.",
+          "resource leak on a timeout path -> pages and aux slots drain away, the queue wedges",
+          "a transfer timeout that leaks the room"),
 ):
     PATCHES.register(_p.name, _p)
+
+ZOO: tuple[str, ...] = tuple(n for n in PATCHES.names() if not PATCHES.get(n).modifier)
+"""The bug variants (every patch that is a bug on its own), in registry order."""
 
 
 @dataclass(frozen=True)
@@ -72,4 +133,5 @@ class PatchSet:
 
     def describe(self) -> list[dict]:
         return [{"name": n, "enabled": n in self.enabled, "description": PATCHES.get(n).description,
-                 "bug_class": PATCHES.get(n).bug_class} for n in PATCHES.names()]
+                 "bug_class": PATCHES.get(n).bug_class, "mirrors": PATCHES.get(n).mirrors,
+                 "modifier": PATCHES.get(n).modifier} for n in PATCHES.names()]

@@ -48,8 +48,8 @@ from workbench import investigate, plots, record_finding, reproduce
 
 pl.Config.set_tbl_rows(30)
 pl.Config.set_fmt_str_lengths(90)
-buggy = reproduce(buggy_patches, variant="buggy", sessions=sessions, turns=turns,
-                  max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
+buggy = reproduce(buggy_patches, variant="buggy", shape="hicache_race", sessions=sessions,
+                  turns=turns, max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
                   stop_after_flags=stop_after_flags, stop_on=stop_on,
                   capture_dir="runs/01-captures", router=router)
 buggy.bursts
@@ -58,8 +58,8 @@ buggy.bursts
 # Same load, fixed code: the default variants replay exactly the buggy run's seeds.
 
 # %%
-fixed = reproduce([], variant="fixed", sessions=sessions, turns=turns, max_tokens=max_tokens,
-                  seeds=buggy.seeds, router=router)
+fixed = reproduce([], variant="fixed", shape="hicache_race", sessions=sessions, turns=turns,
+                  max_tokens=max_tokens, seeds=buggy.seeds, router=router)
 rates = investigate.rates_table([buggy, fixed])
 rates
 
@@ -127,8 +127,8 @@ print(f"fixed: 0/{f['requests']} flagged (95% CI upper bound {f['hi']:.1%})")
 # no content ever holds a block opener.
 
 # %%
-sgl = reproduce(buggy_patches, variant="buggy, sglang parser", sessions=sessions, turns=turns,
-                max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
+sgl = reproduce(buggy_patches, variant="buggy, sglang parser", shape="hicache_race",
+                sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
                 stop_after_flags=stop_after_flags, stop_on="flagged", router=router,
                 engine={**investigate.RACE_ENGINE, "tool_parser": "sglang"})
 opener = "<｜DSML｜function_calls>"

@@ -45,7 +45,7 @@ from workbench import (
 )
 
 pl.Config.set_tbl_rows(40)
-rep = reproduce(patches, sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed,
+rep = reproduce(patches, shape="hicache_race", sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed,
                 max_bursts=max_bursts, capture_dir="runs/02-captures")
 bad = investigate.flagged_requests(rep)
 bad

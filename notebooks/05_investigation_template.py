@@ -14,86 +14,102 @@
 # ---
 
 # %% [markdown]
-# # 05 — Investigation template
+# # 05 — Investigation of an unknown bug
 #
-# Copy this notebook for a new bug. Cells: launch a PD pair with the variants under suspicion,
-# inject concurrency with the oracle, dump and diff the buffers of a request, record findings
-# with `record_finding`: named checks that fail the cell (and the re-run) when they no longer
-# hold, kept with their evidence and replay seeds in a ledger (`wb findings` lists it).
+# `wb investigate` executes this notebook. It is never told which bug it looks for: it sweeps a
+# small seeded grid of load and fault shapes (`investigate.SHAPES`: the production setting, slow
+# transfers with reordered aux rows, slow HiCache load-back, client kills, paused peers) on the
+# code in `source` and stops at the first anomaly — a response the independent oracle flags, a
+# request that failed without being killed, anything left after the pair drained, or a room
+# whose buffers differ from the reference (the buffer-level oracle judges unflagged rooms too).
+# It then localizes the first flagged rooms (prefill, transfer, decode; layer; position),
+# names the stage from the evidence, and with `commits="good..bad"` bisects that range.
+# Findings are computed from the run; a clean run states its power instead of certifying.
 
 # %% tags=["parameters"]
-patches = []
-engine = {"debug_capture": 16}
-faults = {"seed": 0}
-workload = "smoke"  # a shipped load shape (`list_workloads()`), or a path to a workload file
-load_overrides = {"seed": 0}
+source = None  # a checkout to investigate (default: this one)
+patches = []  # patch variants to enable (a zoo bug, to rehearse)
+seed = 0
+cap_s = None  # bound on the sweep, seconds
+shapes = None  # default: every shape of investigate.SWEEP_ORDER
+commits = None  # "good..bad" in source's repository, to bisect after a hit
+out_dir = "runs/investigate"
 findings_ledger = "runs/findings.jsonl"
 
 # %%
 import polars as pl
 
-from workbench import (
-    diff_against_reference,
-    dump_buffers,
-    launch_pd_pair,
-    list_workloads,
-    plots,
-    record_finding,
-    run_workload,
-)
+from workbench import investigate, plots, record_finding
 
-pair = launch_pd_pair(patches=patches, engine=engine, faults=faults)
-pair.debug("/debug/patches")
-
-# %%
-list_workloads()
+pl.Config.set_tbl_cols(24)
+pl.Config.set_fmt_str_lengths(120)
+good_bad = tuple(commits.split("..")) if commits else None
+inv = investigate.run(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
+                      commits=good_bad, out_dir=out_dir)
+rates = inv.summary()
+rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",
+             "errors", "stale_reads", "stale_kv_reads", "late_writes", "failed_rooms",
+             "undrained_bursts", "judged_rooms", "buffer_flags")
 
 # %%
-res = run_workload(pair, workload, **load_overrides)
-res.summary
-
-# %%
-res.requests.select(["session", "turn", "kind", "room", "ttft_s", "e2e_s", "finish_reason",
-                     "v_leaked", "v_ref_match"])
-
-# %%
-plots.plot_latency(res.requests);
+plots.plot_rates(rates, label="shape");
 
 # %% [markdown]
-# Dump a flagged room when there is one; otherwise the completed room with the longest prompt
-# (later turns carry more context, so they cross the most prefill chunk boundaries).
+# ## Where it arises
+# Every divergence of the localized rooms, in causal order (stage, layer, position); the first
+# row is the localization. Failure reasons and what stayed after draining follow.
 
 # %%
-judged = res.requests.filter(pl.col("v_leaked").is_not_null() & pl.col("room").is_not_null())
-flagged = judged.filter(pl.col("flagged"))
-pick = flagged if flagged.height else judged.with_columns(
-    pl.col("messages").str.len_chars().alias("prompt_chars")).sort("prompt_chars",
-                                                                   descending=True)
-room = pick["room"][0]
-print(f"dumping room {room} ({'flagged' if flagged.height else 'longest prompt, not flagged'})")
-dump = dump_buffers(pair, room=room, what=("kv", "index_k"))
-diff = diff_against_reference(dump, pair.spec.engine_config())
-diff.summary
+for loc in inv.localizations:
+    print(loc.describe())
+pl.concat([loc.frame() for loc in inv.localizations]) if inv.localizations else None
 
 # %%
-plots.plot_layer_errors(diff);
+hit = inv.sweep.hit
+print(f"shapes tried: {inv.sweep.tried}; fired: {inv.sweep.fired}; "
+      f"first anomaly after {inv.first_flag_s} s")
+if hit is not None:
+    print("failure reasons:", hit.reasons)
+    print("left after draining:", [d.left for d in hit.drains])
+print("diagnosis:", inv.diagnosis.describe())
 
 # %% [markdown]
-# ## Finding: what this run can and cannot rule out
-# A clean run is not a proof: it bounds the per-request flag rate. The finding states how many
-# responses were judged, the 95% Wilson upper bound on the rate it leaves possible, and what the
-# dump covered.
+# ## Findings
 
 # %%
-n, hi = res.summary.completed, res.summary.flag_rate_ci[1]
-if not patches:
+if inv.found:
     print(record_finding(
-        f"default variants: no corruption in {n} judged responses (flag rate below {hi:.0%} at "
-        f"95%); room {room}'s {len(dump.tokens)}-token buffers equal the reference",
-        {"no reference mismatch": res.summary.ref_mismatch == 0,
-         "no bad layer in the dump": diff.first_bad_layer is None},
-        evidence={"requests": res.summary.requests, "judged": n, "flag_rate_upper_95": hi,
-                  "room": room, "dumped_tokens": len(dump.tokens)},
-        replay={"patches": patches, "faults": faults, "workload": workload, **load_overrides},
+        f"shape '{inv.sweep.fired}' reproduces an anomaly in {inv.first_flag_s:.0f} s; "
+        f"it arises in {inv.diagnosis.describe()}",
+        {"anomaly reproduced": inv.found, "localized to a stage": inv.diagnosis.stage is not None},
+        evidence={"shape": inv.sweep.fired, "diagnosis": inv.diagnosis.describe(),
+                  "basis": inv.diagnosis.basis,
+                  "divergences": [d.describe() for loc in inv.localizations
+                                  for d in loc.divergences[:3]],
+                  "reasons": hit.reasons, "left": [d.left for d in hit.drains]},
+        replay={"source": source, "patches": patches, "seed": seed, "shape": inv.sweep.fired,
+                "seeds": list(hit.seeds)},
         source="05_investigation_template", ledger=findings_ledger))
-pair.close()
+else:
+    print(record_finding(
+        f"no anomaly in {inv.judged} judged responses over shapes {list(inv.sweep.tried)} "
+        f"(flag rate below {inv.flag_upper_95:.1%} at 95%); {inv.judged_rooms} rooms' buffers "
+        "compared with the reference on both sides",
+        {"every shape ran": len(inv.sweep.runs) == len(inv.sweep.tried),
+         "responses judged": inv.judged > 0},
+        evidence={"judged": inv.judged, "flag_rate_upper_95": inv.flag_upper_95,
+                  "judged_rooms": inv.judged_rooms, "shapes": list(inv.sweep.tried)},
+        replay={"source": source, "patches": patches, "seed": seed},
+        source="05_investigation_template", ledger=findings_ledger))
+
+# %%
+if inv.bisection is not None:
+    b = inv.bisection
+    print(record_finding(
+        f"commit {b.culprit[:12]} introduced it (posterior {b.confidence:.3f}, "
+        f"{b.trials_spent} trials)",
+        {"bisection converged": b.converged},
+        evidence={"culprit": b.culprit, "posterior": b.confidence, "trials": b.trials_spent},
+        replay={"commits": commits, "shape": inv.sweep.fired, "seed": seed},
+        source="05_investigation_template", ledger=findings_ledger))
+    plots.plot_posterior(b)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import math
 import sqlite3
 
+import numpy as np
 import polars as pl
 import pytest
 
-from workbench.bisect import BisectResult, bisect, default_repeats, fixed_repeat_bisect
+from workbench.bisect import (
+    DEFAULT_PRIOR_FAIL_RATE,
+    BisectResult,
+    bisect,
+    default_repeats,
+    fixed_repeat_bisect,
+)
 from workbench.ddmin import ddmin
+from workbench.posterior import Posterior
+from workbench.rate_prior import GridRate, RatePrior
 from workbench.trials import CachedTrial, Counts, Trial, TrialStore, derive_seed, run_parallel
 
 CANDIDATES = [f"v{i:02d}" for i in range(16)]
@@ -56,7 +65,7 @@ def test_bayesian_bisect_finds_culprit(rate, culprit):
     assert_posterior_normalised(result)
     assert result.estimated_fail_rate_good == 0.0
     if rate == 1.0:
-        assert result.estimated_fail_rate_bad > 0.3  # prior mean 0.09; few trials needed
+        assert result.estimated_fail_rate_bad > 0.3  # the prior's grid tops out at 0.5
 
 
 def test_bisect_respects_max_trials():
@@ -254,3 +263,61 @@ def test_parallel_fixed_repeat_bisect_finds_the_culprit_deterministically():
     assert a.trials_spent == a.history.height and clean_probes.height == 4  # log2(16) probes
     with pytest.raises(ValueError, match="workers must be >= 1"):
         fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), workers=0)
+
+
+def test_rate_prior_is_normalised_and_validated():
+    prior = RatePrior.log_uniform(0.005, 0.5, 64)
+    assert prior is not DEFAULT_PRIOR_FAIL_RATE and prior == DEFAULT_PRIOR_FAIL_RATE
+    assert math.isclose(sum(prior.weights), 1.0) and len(prior.rates) == 64
+    assert math.isclose(prior.rates[0], 0.005) and math.isclose(prior.rates[-1], 0.5)
+    ratios = np.diff(np.log(prior.rates))
+    assert np.allclose(ratios, ratios[0])  # equal mass per decade
+    with pytest.raises(ValueError):
+        RatePrior((0.2, 0.1), (1.0, 1.0))
+    with pytest.raises(ValueError):
+        RatePrior((0.1, 1.0), (1.0, 1.0))
+    with pytest.raises(ValueError):
+        RatePrior.log_uniform(0.5, 0.1)
+
+
+def test_grid_rate_matches_the_direct_sum():
+    prior = RatePrior((0.01, 0.1, 0.4), (0.2, 0.5, 0.3))
+    f, s = np.array([0, 3, 40]), np.array([10, 50, 2])
+    log_marginal, mean = GridRate(prior).evaluate(f, s)
+    rates, weights = np.array(prior.rates), np.array(prior.weights)
+    for i in range(3):
+        terms = weights * rates ** f[i] * (1 - rates) ** s[i]
+        assert math.isclose(log_marginal[i], math.log(terms.sum()), rel_tol=1e-12)
+        assert math.isclose(mean[i], (terms * rates).sum() / terms.sum(), rel_tol=1e-12)
+
+
+def test_a_one_point_rate_prior_is_the_known_rate_posterior():
+    model = Posterior(4, RatePrior((0.2,), (1.0,)), None, False)
+    for j, failed in [(3, True), (1, False), (1, False), (2, False), (2, True)]:
+        model.observe(j, failed)
+    # k in {0, 1, 2} explain the failure at c2; each clean trial at or after k costs (1 - p)
+    expected = np.array([0.8 ** 3, 0.8 ** 3, 0.8 ** 1, 0.0])
+    assert np.allclose(model.probabilities(), expected / expected.sum())
+    assert np.allclose(model.predictive()[0], 0.2)
+
+
+@pytest.mark.parametrize("rate", [0.03, 0.3])
+def test_default_bisect_needs_no_rate_and_stays_accurate(rate):
+    """Rate not told: one default prior; 12 seeded culprits per rate, >= 11 found."""
+    rng = np.random.default_rng(int(rate * 100))
+    runs = [(int(rng.integers(0, 16)), seed) for seed in range(12)]
+    results = [bisect(CANDIDATES, culprit_trial(k, rate), confidence=0.97, seed=seed)
+               for k, seed in runs]
+    hits = sum(r.culprit == CANDIDATES[k] for r, (k, _) in zip(results, runs, strict=True))
+    assert hits >= 11 and all(r.converged for r in results)
+    estimates = [r.estimated_fail_rate_bad for r in results]
+    assert 0.3 * rate < float(np.median(estimates)) < 3 * rate  # the rate is learned
+    again = bisect(CANDIDATES, culprit_trial(runs[0][0], rate), confidence=0.97, seed=runs[0][1])
+    assert again == results[0] and again.history.equals(results[0].history)
+
+
+def test_beta_and_grid_priors_agree_on_easy_problems():
+    grid = bisect(CANDIDATES, culprit_trial(7, 0.5), seed=3)
+    beta = bisect(CANDIDATES, culprit_trial(7, 0.5), seed=3, prior_fail_rate=(1.0, 1.0))
+    assert grid.culprit == beta.culprit == CANDIDATES[7]
+    assert 0.2 < grid.estimated_fail_rate_bad <= 0.5

@@ -38,9 +38,11 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
 
 def test_hicache_index_k_race_leaks_dsml_only_with_the_patches(tmp_path):
     """Seeded bursts until a DSML leak on the buggy variants; the fixed ones replay the seeds."""
-    buggy = reproduce(BUGGY, sessions=6, turns=2, seed=0, max_bursts=6, stop_on="leaked",
+    buggy = reproduce(BUGGY, shape="hicache_race", sessions=6, turns=2, seed=0, max_bursts=6,
+                      stop_on="leaked",
                       capture_dir=tmp_path / "captures", log_dir=tmp_path / "buggy")
-    fixed = reproduce((), seeds=buggy.seeds, sessions=6, turns=2, log_dir=tmp_path / "fixed")
+    fixed = reproduce((), shape="hicache_race", seeds=buggy.seeds, sessions=6, turns=2,
+                      log_dir=tmp_path / "fixed")
     b, f = rates_table([buggy, fixed]).iter_rows(named=True)
     leaks = buggy.requests.filter(pl.col("v_leaked"))
     root_leaks = first_flags(buggy).filter(pl.col("v_leaked"))

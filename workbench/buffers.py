@@ -44,6 +44,7 @@ class BufferDump:
     tokens: list[int]
     tensors: dict[str, torch.Tensor]
     num_cached: int = 0
+    output: tuple[int, ...] = ()  # tokens the request generated (a PD prefill: its first)
 
     @property
     def num_layers(self) -> int:
@@ -53,7 +54,8 @@ class BufferDump:
         from safetensors.torch import save_file
 
         save_file({**self.tensors, "tokens": torch.tensor(self.tokens),
-                   "num_cached": torch.tensor([self.num_cached])}, str(path),
+                   "num_cached": torch.tensor([self.num_cached]),
+                   "output": torch.tensor(list(self.output), dtype=torch.int64)}, str(path),
                   metadata={"source": self.source})
         return Path(path)
 
@@ -63,7 +65,8 @@ def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read"))
     names = {n for w in what for n in WHAT[w]}
     keep = {k: v for k, v in raw.items() if (key := DumpKey.parse(k)) and key.name in names}
     cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0
-    return BufferDump(source, raw["tokens"].tolist(), keep, cached)
+    output = tuple(raw["output"].tolist()) if "output" in raw else ()
+    return BufferDump(source, raw["tokens"].tolist(), keep, cached, output)
 
 
 def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> BufferDump:

@@ -99,13 +99,37 @@ def cmd_dump(args) -> None:
 
 
 def cmd_bisect(args) -> None:
-    from workbench.series import bisect_patch_series
+    if bool(args.series) == bool(args.commits):
+        raise SystemExit("wb bisect: give exactly one of --series A,B,... or --commits GOOD..BAD")
+    if args.commits:
+        from workbench.commits import bisect_commits
 
-    res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
-                              confidence=args.confidence, seed=args.seed)
+        good, _, bad = args.commits.partition("..")
+        if not good or not bad:
+            raise SystemExit(f"wb bisect: --commits wants GOOD..BAD, not {args.commits!r}")
+        res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
+                             confidence=args.confidence, seed=args.seed,
+                             max_trials=args.max_trials)
+    else:
+        from workbench.series import bisect_patch_series
+
+        res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
+                                  confidence=args.confidence, seed=args.seed)
     res.history.write_parquet(Path(args.store).with_suffix(".history.parquet"))
     log.info("culprit %s (confidence %.3f, %d trials)", res.culprit, res.confidence,
              res.trials_spent)
+
+
+def cmd_investigate(args) -> None:
+    from workbench.report import run_report
+
+    nb = Path(__file__).resolve().parent.parent / "notebooks" / "05_investigation_template.py"
+    params = {"source": args.source, "patches": _names(args.patches), "seed": args.seed,
+              "cap_s": args.cap_s, "commits": args.commits, "out_dir": args.runs_dir,
+              "findings_ledger": args.ledger}
+    if args.shapes:
+        params["shapes"] = _names(args.shapes)
+    log.info("investigation report written to %s", run_report(nb, params, args.out_dir))
 
 
 def cmd_kernels(args) -> None:
@@ -195,8 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--role", choices=["decode", "prefill"], default="decode")
     dump.add_argument("--out", default="runs/dump.safetensors")
     dump.add_argument("--diff", action="store_true")
-    bis = sub.add_parser("bisect")
-    bis.add_argument("--series", required=True)
+    bis = sub.add_parser("bisect", help="bisect a patch series or a commit range")
+    bis.add_argument("--series", help="patch names, comma separated (candidate i enables i)")
+    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --repo to bisect")
+    bis.add_argument("--repo", default=".")
+    bis.add_argument("--shape", default="baseline", help="the load shape of each trial")
+    bis.add_argument("--max-trials", type=int, default=40)
     bis.add_argument("--store", default="runs/bisect.sqlite")
     bis.add_argument("--sessions", type=int, default=6)
     bis.add_argument("--confidence", type=float, default=0.9)
@@ -206,6 +234,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"))
     rep.add_argument("--out-dir", default="reports")
+    inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; writes the "
+                                             "executed report notebook (05)")
+    inv.add_argument("--source", help="checkout to investigate (default: this one)")
+    inv.add_argument("--patches", default="", help="patch variants to enable, comma separated")
+    inv.add_argument("--shapes", default="", help="shapes to sweep (default: all, in order)")
+    inv.add_argument("--seed", type=int, default=0)
+    inv.add_argument("--cap-s", type=float)
+    inv.add_argument("--commits", metavar="GOOD..BAD", help="bisect this range after a hit")
+    inv.add_argument("--runs-dir", default="runs/investigate")
+    inv.add_argument("--out-dir", default="reports")
+    inv.add_argument("--ledger", default="runs/findings.jsonl")
     ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
     ker.add_argument("--a", default="torch")
     ker.add_argument("--b", default="triton")
@@ -226,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("wb load: give --state or --url")
     {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
      "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings,
-     "workloads": cmd_workloads}[args.cmd](args)
+     "workloads": cmd_workloads, "investigate": cmd_investigate}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -54,8 +54,8 @@ EMBEDDED = TemplateBackend(
 
 
 def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str,
-          env: dict[str, str]) -> ServerProcess:
-    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False, env=env)
+          env: dict[str, str], cwd: Path | None = None) -> ServerProcess:
+    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False, env=env, cwd=cwd)
     srv.argv = shlex.split(template.format(port=srv.port, host=srv.host, **fill))
     return srv.start()
 
@@ -65,18 +65,21 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
                    backend: str | TemplateBackend = "embedded", router: str = "embedded",
                    log_dir: str | Path | None = None, decode_args: tuple[str, ...] = (),
                    vllm_options: vllm.VllmOptions | None = None,
-                   timeout_s: float | None = None) -> PDPair:
+                   timeout_s: float | None = None, source: str | Path | None = None) -> PDPair:
     """Starts prefill(s), decode(s) and a router; returns once all are healthy and ready.
 
     ``backend``: ``"embedded"`` (our engine; ``router`` names one of ``ROUTERS``; ``patches``,
     ``engine`` and ``faults`` configure it), ``"vllm"`` (real vLLM servers over NIXL behind
     vllm-router, see ``workbench.vllm``; those three must be empty), or a ``TemplateBackend``.
+    ``source``: a source tree (e.g. a git worktree of another commit) the embedded servers and
+    router run from (working directory and ``PYTHONPATH``), so its engine code, model and data
+    are the ones served; default: this checkout.
     Raises ``workbench.process.LaunchError`` naming the process (with its log tail) on failure;
     whatever did start is stopped first.
     """
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-"))
     if backend == "vllm":
-        if patches or engine or faults or decode_args or router != "embedded":
+        if patches or engine or faults or decode_args or router != "embedded" or source:
             raise ValueError("the vllm backend takes no patches, engine options, faults, "
                              "decode_args or router choice (see workbench.backends.Capability)")
         return _launch_vllm(num_prefill, num_decode, seed, log_dir,
@@ -93,17 +96,21 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
     started: list[ServerProcess] = []
     timeout_s = timeout_s or 180.0
     env = {SECRET_ENV: secrets.token_hex(24)}  # this deployment's control-plane secret
+    cwd = Path(source).resolve() if source else None
+    if cwd is not None:
+        env["PYTHONPATH"] = str(cwd)
     try:
-        prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health, env)
-                   for i in range(num_prefill)]
+        prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health, env,
+                         cwd) for i in range(num_prefill)]
         started += prefill
         allow = " ".join(["--prefill-allow", *(s.url for s in prefill)])
         dfill = {**fill, "engine_args": " ".join([fill["engine_args"], *decode_args, allow])}
-        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env)
+        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env, cwd)
                   for i in range(num_decode)]
         started += decode
         _wait_all(started, timeout_s)
-        front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False)
+        front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False,
+                              env=({"PYTHONPATH": str(cwd)} if cwd else {}), cwd=cwd)
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
                                           tuple(s.url for s in decode), seed,

@@ -1,11 +1,14 @@
-"""The change-point posterior behind ``workbench.bisect``: Beta-Bernoulli failure rates on each side
-of the culprit, the posterior over the culprit index, and the information of the next probe."""
+"""The change-point posterior behind ``workbench.bisect``: the failure rates on each side of the
+culprit integrated out (a Beta or a discrete :class:`RatePrior` on the bad side, a Beta or exactly
+zero on the good side), the posterior over the culprit index, and the information of a probe."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from workbench.rate_prior import GridRate, RatePrior
 
 
 class _LogBeta:
@@ -30,6 +33,16 @@ class _LogBeta:
         return self._ga[f] + self._gb[s] - self._gab[f + s] - self._base
 
 
+class _BetaRate:
+    """:class:`GridRate`'s interface for a Beta(a, b) rate prior (closed form)."""
+
+    def __init__(self, a: float, b: float):
+        self.a, self.b, self._lb = a, b, _LogBeta(a, b)
+
+    def evaluate(self, f: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._lb(f, s), (self.a + f) / (self.a + self.b + f + s)
+
+
 def _binary_entropy(p: np.ndarray) -> np.ndarray:
     q = 1.0 - p
     return -(p * np.log2(np.maximum(p, 1e-300)) + q * np.log2(np.maximum(q, 1e-300)))
@@ -42,22 +55,34 @@ def entropy_bits(post: np.ndarray) -> float:
 
 
 class Posterior:
-    """Counts per candidate and the posterior over the culprit index they imply."""
+    """Counts per candidate and the posterior over the culprit index they imply.
 
-    def __init__(self, n: int, bad: tuple[float, float], good: tuple[float, float] | None,
-                 allow_none: bool):
+    ``bad`` is the prior on the shared bad-side rate: a Beta ``(a, b)`` or a :class:`RatePrior`
+    (then the joint posterior over (culprit, rate) lives on the prior's grid).
+    """
+
+    def __init__(self, n: int, bad: tuple[float, float] | RatePrior,
+                 good: tuple[float, float] | None, allow_none: bool):
         self.n, self.hyp = n, n + int(allow_none)
         self.bad, self.good = bad, good
-        self._bad_lb = _LogBeta(*bad)
+        self._bad_rate = GridRate(bad) if isinstance(bad, RatePrior) else _BetaRate(*bad)
         self._good_lb = _LogBeta(*good) if good is not None else None
         self.fails = np.zeros(n, dtype=np.int64)
         self.totals = np.zeros(n, dtype=np.int64)
         self._cache: tuple[np.ndarray, ...] | None = None
+        self._bad_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     def observe(self, j: int, failed: bool) -> None:
         self.fails[j] += int(failed)
         self.totals[j] += 1
-        self._cache = None
+        self._cache = self._bad_cache = None
+
+    def _bad(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per hypothesis: log marginal likelihood of the bad-side counts, posterior-mean rate."""
+        if self._bad_cache is None:
+            _, _, fr, sr = self._pools()
+            self._bad_cache = self._bad_rate.evaluate(fr, sr)
+        return self._bad_cache
 
     def _pools(self) -> tuple[np.ndarray, ...]:
         """(fails, passes) pooled left of k and at/right of k, for every hypothesis k."""
@@ -73,18 +98,17 @@ class Posterior:
 
     def probabilities(self) -> np.ndarray:
         """Posterior over k (length ``hyp``); sums to 1."""
-        fl, sl, fr, sr = self._pools()
+        fl, sl, _, _ = self._pools()
         good = np.where(fl == 0, 0.0, -np.inf) if self._good_lb is None else self._good_lb(fl, sl)
-        ll = good + self._bad_lb(fr, sr)
+        ll = good + self._bad()[0]
         w = np.exp(ll - ll.max())
         return w / w.sum()
 
     def predictive(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Per hypothesis k: P(next trial fails) on a bad candidate, and on a good one
         (``None`` when good candidates never fail)."""
-        fl, sl, fr, sr = self._pools()
-        a, b = self.bad
-        pb = (a + fr) / (a + b + fr + sr)
+        fl, sl, _, _ = self._pools()
+        pb = self._bad()[1]
         if self.good is None:
             return pb, None
         ga, gb = self.good

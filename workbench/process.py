@@ -65,6 +65,7 @@ class ServerProcess:
     health: str = "/health"
     env: dict[str, str] = field(default_factory=dict)
     format_argv: bool = True
+    cwd: Path | None = None  # run from this folder (a source tree), else the caller's
     proc: subprocess.Popen | None = None
 
     @property
@@ -83,7 +84,7 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True, cwd=self.cwd)
         _LIVE.add(self)
         log.info("started %s pid %d on %s", self.name, self.proc.pid, self.url)
         return self

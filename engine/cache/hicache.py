@@ -9,7 +9,8 @@ With the ``hicache_index_k_no_wait`` patch the index-K copy of layer i is not co
 counter: it runs after K/V and after the counter advanced (``ungated_index_k``), so every reader
 that trusts the counter (the indexer, the PD KV sender) may read index-K pages still loading.
 ``index_k_layers`` counts the layers whose index-K really landed; reads and sends before that
-are recorded as evidence (``stale_reads``, ``stale_sends``).
+are recorded as evidence (``stale_reads``, ``stale_sends``); K/V reads and sends of a layer whose
+K/V had not landed (``hicache_kv_no_wait``) as ``stale_kv_reads``, ``stale_kv_sends``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class LoadJob:
     stale_reads: list[int] = field(default_factory=list)
     stale_sends: list[int] = field(default_factory=list)
     stale_snapshots: dict[int, StaleRead] = field(default_factory=dict)
+    stale_kv_reads: list[int] = field(default_factory=list)
+    stale_kv_sends: list[int] = field(default_factory=list)
     rids: set[str] = field(default_factory=set)
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -69,10 +72,23 @@ class LoadJob:
             if not self.cond.wait_for(lambda: self.done_layers > layer, timeout=timeout):
                 raise TimeoutError(f"load job {self.job_id} layer {layer} not done in {timeout}s")
 
+    def wait_index_k(self, layer: int, timeout: float = 30.0) -> None:
+        """Blocks until layer ``layer``'s index-K of every page has landed (not its K/V)."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self.index_k_layers > layer, timeout=timeout):
+                raise TimeoutError(f"load job {self.job_id} index-K {layer} not in {timeout}s")
+
     def note_send(self, layer: int) -> None:
-        """Records a transfer of ``layer``'s index-K pages posted before they landed."""
+        """Records a transfer of ``layer``'s index-K or K/V pages posted before they landed."""
         if not self.index_k_landed(layer):
             self.stale_sends.append(layer)
+        if self.done_layers <= layer:
+            self.stale_kv_sends.append(layer)
+
+    def note_kv_read(self, layer: int) -> None:
+        """Records a K/V read of ``layer`` before its K/V landed."""
+        if self.done_layers <= layer:
+            self.stale_kv_reads.append(layer)
 
     def note_read(self, layer: int, pool: KVPool) -> None:
         """Records a read of ``layer`` before its index-K landed, with the index-K it saw."""
@@ -163,8 +179,11 @@ class HiRadixCache(RadixCache):
     """Radix cache whose evicted pages move to host memory and load back on a match."""
 
     def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
-                 faults: FaultInjector, ungated_index_k: bool = False) -> None:
+                 faults: FaultInjector, ungated_index_k: bool = False,
+                 backup_index_k: bool = True) -> None:
         super().__init__(allocator, pool.page_size)
+        self.backup_names = tuple(n for n in pool.buffers()
+                                  if backup_index_k or not n.startswith("index_k"))
         self.pool = pool
         self.host = HostPool(pool, host_pages)
         self.loader = Loader(pool, self.host, faults, ungated_index_k)
@@ -225,6 +244,7 @@ class HiRadixCache(RadixCache):
         if self.host.alloc.num_free == 0:
             return False
         node.host_page = self.host.alloc.alloc(1)[0]
-        for name, t in self.pool.buffers().items():
+        for name in self.backup_names:  # every buffer, unless index_k_not_backed_up
+            t = self.pool.buffers()[name]
             self.host.buffers[name][:, node.host_page] = t[:, node.page].to("cpu")
         return True

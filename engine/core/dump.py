@@ -1,7 +1,8 @@
 """Buffer dumps: a request's pages in logical token order, as named tensors (safetensors).
 
 The format is defined here once, for the engine's writer and the workbench's reader:
-``tokens [T]``, ``pages [P]``, ``num_cached [1]`` (prefix tokens reused from the cache) and, per
+``tokens [T]``, ``pages [P]``, ``num_cached [1]`` (prefix tokens reused from the cache),
+``output [O]`` (the tokens the request generated; on a PD prefill its one first token) and, per
 layer ``i``, tensors keyed ``DumpKey(i, name)`` (``layer{i}.{name}`` on the wire): ``k|v [T,H,D]``,
 ``index_k [T,Di]`` (storage dtype), ``index_k_scale [T]``, ``index_k_f32 [T,Di]`` (dequantized)
 and, for a request whose prefix came back from HiCache, ``index_k_read_f32 [T,Di]``: index-K as its
@@ -21,7 +22,7 @@ import torch
 
 from engine.kernels import get_kernels
 
-DUMP_META = ("tokens", "pages", "num_cached")
+DUMP_META = ("tokens", "pages", "num_cached", "output")
 K, V = TypeVar("K"), TypeVar("V")
 _KEY = re.compile(r"layer(\d+)\.(\w+)")
 
@@ -52,7 +53,8 @@ def snapshot_buffers(engine, seq) -> dict[str, torch.Tensor]:
     deq = get_kernels("torch").dequantize_index_k
     out = {"tokens": torch.tensor(seq.tokens[:T], dtype=torch.int64),
            "pages": torch.tensor(seq.pages, dtype=torch.int64),
-           "num_cached": torch.tensor([seq.num_cached], dtype=torch.int64)}
+           "num_cached": torch.tensor([seq.num_cached], dtype=torch.int64),
+           "output": torch.tensor(list(seq.output), dtype=torch.int64)}
     for li in range(pool.k.shape[0]):
         flat = {n: t[li].reshape(-1, *t.shape[3:]) for n, t in pool.buffers().items()}
         for name, t in flat.items():

@@ -76,7 +76,8 @@ class Engine:
     def _make_cache(self) -> RadixCache:
         if self.cfg.hicache:
             return HiRadixCache(self.allocator, self.pool, self.cfg.hicache_host_pages,
-                                self.faults, self.cfg.has("hicache_index_k_no_wait"))
+                                self.faults, self.cfg.has("hicache_index_k_no_wait"),
+                                backup_index_k=not self.cfg.has("index_k_not_backed_up"))
         return RadixCache(self.allocator, self.cfg.page_size)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:

@@ -76,6 +76,8 @@ class ModelRunner:
                 ids = ids + [future[it.seq]]
             tok += ids[a:b]
             prev += ids[a - 1:b - 1] if a > 0 else [0] + ids[:b - 1]
+            if a > 0 and a % self.cfg.chunk_size == 0 and self.cfg.has("chunk_prev_token_dropped"):
+                prev[len(prev) - (b - a)] = 0  # the chunk's first token loses its previous token
             pos += range(a, b)
             item_of += [i] * it.num_tokens
             if len(it.seq.pages) * S < b:
@@ -103,6 +105,7 @@ class ModelRunner:
         rope = layers.rope_rows(m, inp.positions)
         all_jobs = [j for it in batch.items for j in it.seq.load_jobs]
         skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
+        skip_kv_wait = self.cfg.has("hicache_kv_no_wait")
         x = layers.embed(m, inp.tokens, inp.prev)
         for li, layer in enumerate(m.layers):
             a = layers.attn_inputs(m, layer, x, rope, bi)
@@ -112,19 +115,27 @@ class ModelRunner:
             if self.before_layer is not None:
                 self.before_layer(li, batch)
             jobs = [j for j in all_jobs if not j.done]
-            self._gate(jobs, li, True, skip_index_wait)
+            self._gate(jobs, li, True, skip_index_wait, skip_kv_wait)
             topk = k.indexer_topk(a.qi, a.w, self.pool.index_k[li], self.pool.index_k_scale[li],
                                   inp.page_table, inp.seq_lens, m.cfg.index_topk)
-            self._gate(jobs, li, False, skip_index_wait)
+            self._gate(jobs, li, False, skip_index_wait, skip_kv_wait)
             o = k.sparse_attention(a.q, self.pool.k[li], self.pool.v[li], inp.page_table, topk,
                                    m.cfg.head_dim ** -0.5)
             x = layers.finish_layer(m, layer, x, o, bi)
         return layers.logits(m, x.index_select(0, inp.sample_rows), bi)
 
-    def _gate(self, jobs: list, layer: int, index_path: bool, skip_index_wait: bool) -> None:
-        """Per-layer HiCache wait. The index-K read waits too unless the no-wait patch is on."""
+    def _gate(self, jobs: list, layer: int, index_path: bool, skip_index_wait: bool,
+              skip_kv_wait: bool = False) -> None:
+        """Per-layer HiCache wait. The index-K read waits too unless the no-wait patch is on;
+        with ``hicache_kv_no_wait`` the index-K read waits for index-K alone and the K/V read
+        does not wait (each unwaited read of a layer still loading is recorded on its job)."""
         for job in jobs:
-            if index_path and skip_index_wait:
+            if skip_kv_wait and not skip_index_wait:
+                if index_path:
+                    job.wait_index_k(layer)
+                else:
+                    job.note_kv_read(layer)
+            elif index_path and skip_index_wait:
                 job.note_read(layer, self.pool)
             elif index_path or skip_index_wait:
                 job.wait(layer)

@@ -67,7 +67,8 @@ class DecodeEngine(Engine):
         self.max_transfer_queue = max_transfer_queue
         self.waiting_timeout_s = waiting_timeout_s
         self.quarantine_s = quarantine_s
-        self.late_writes = 0
+        self.late_writes = 0  # notifications of writes into pages no live room owns
+        self.quarantined_writes = 0
         self.idle_wait_s = 0.005
 
     def add_room(self, room: DecodeRoom) -> None:
@@ -111,11 +112,16 @@ class DecodeEngine(Engine):
                 continue
             if t.room in self.transfer:
                 self.transfer[t.room].arrived.add(t)
-            elif t.room in self.quarantine and t.kind in (TagKind.DONE, TagKind.FAILED):
-                self._free_quarantined(t.room)
+            elif t.room in self.quarantine:
+                if t.kind in (TagKind.DONE, TagKind.FAILED):
+                    self._free_quarantined(t.room)
+                else:
+                    self.quarantined_writes += 1  # landed in quarantined pages: harmless
             elif t.kind in (TagKind.LAYER, TagKind.AUX):
                 self.late_writes += 1
                 log.warning("late write for room %d (%s): no live owner", t.room, t.label)
+            elif self.cfg.has("late_notification_recreates_room"):
+                self.states.update(t.room, RoomState.TRANSFERRING)  # a cleared room comes back
 
     def _advance(self, room: DecodeRoom) -> None:
         state = self.states.get(room.room)
@@ -129,21 +135,30 @@ class DecodeEngine(Engine):
             return
         if time.monotonic() - room.created > self.waiting_timeout_s:
             self.states.fail(room.room, "waiting timeout")
+            if self.cfg.has("transfer_timeout_leaks_room"):  # pages and aux slot never return
+                del self.transfer[room.room]
+                self._emit_end(room.seq)
+                return
             self._finish(room.seq, FinishReason.ABORT)
             return
         needed = {Tag(room.room, TagKind.LAYER, i) for i in range(self.model.cfg.n_layers)}
+        if not self.cfg.has("aux_read_before_landed"):
+            needed.add(Tag(room.room, TagKind.AUX))
         if Tag(room.room, TagKind.FAILED) in room.arrived:
             self.states.fail(room.room, "prefill reported failure")
-        elif needed | {Tag(room.room, TagKind.AUX)} <= room.arrived:
+        elif needed <= room.arrived:
             self._start_decoding(room)
 
     def _start_decoding(self, room: DecodeRoom) -> None:
         aux = Aux.from_words(self.aux[room.aux_slot].tolist())
-        if aux.room != room.room:
+        unchecked = self.cfg.has("aux_read_before_landed") and aux.room == 0  # trusts a zero row
+        if aux.room != room.room and not unchecked:
             self.states.fail(room.room, f"aux room {aux.room} != {room.room}")
             return
         del self.transfer[room.room]
         self.free_aux.append(room.aux_slot)
+        if self.cfg.has("aux_slot_double_free"):
+            self.free_aux.append(room.aux_slot)  # returned twice: two rooms will share it
         self.states.update(room.room, RoomState.SUCCESS)
         self.states.clear(room.room)
         seq = room.seq
@@ -159,6 +174,8 @@ class DecodeEngine(Engine):
         """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""
         seq = room.seq
         log.info("cleanup of room %d (arrived %s)", room.room, room.arrived_labels())
+        seq.num_computed = len(seq.prompt)  # the pages as they stand, for dumps of aborted rooms
+        self.capture(seq)
         if self.cfg.has("abort_orphan_transfer_entry"):
             room.orphaned = True  # entry (and its aux slot) stays in the queue forever
         else:
@@ -233,4 +250,4 @@ class DecodeEngine(Engine):
                             self.scheduler.running],
                 "quarantine": [{"room": r, "pages": len(q.pages)}
                                for r, q in self.quarantine.items()],
-                "late_writes": self.late_writes}
+                "late_writes": self.late_writes, "quarantined_writes": self.quarantined_writes}

@@ -60,6 +60,7 @@ class PrefillEngine(Engine):
         self.bootstrap_timeout_s = bootstrap_timeout_s
         self.on_transfer: Callable[[float, int], None] | None = None  # (seconds, bytes) per room
         self._lock = threading.Lock()
+        self._last_sent: dict[int, list[int]] = {}  # worker -> source pages of its last room
         self.queues = [queue.Queue() for _ in range(sender_workers)]
         for i, q in enumerate(self.queues):
             threading.Thread(target=self._sender, args=(i, q), daemon=True,
@@ -110,8 +111,14 @@ class PrefillEngine(Engine):
             self.submit(room.seq)
 
     def abort_room(self, room_id: int, reason: str) -> None:
+        """Fails ``room_id``; a decode that already preallocated for it (even before this
+        prefill saw the request) is told at once, so it never waits out its quarantine."""
         self.states.fail(room_id, reason)
-        room = self.rooms.get(room_id)
+        with self._lock:
+            room = self.rooms.get(room_id)
+            early = self.early.pop(room_id, None)
+        if early is not None:
+            self._notify_failed(early)
         if room is not None:
             self.call_soon(lambda: self._abort_on_loop(room))
 
@@ -198,6 +205,9 @@ class PrefillEngine(Engine):
         S = self.pool.page_size
         n_pages = -(-len(room.seq.prompt) // S)
         src, dst = room.seq.pages[:n_pages], room.prealloc.dst_pages[:n_pages]
+        src = self._patched_source(worker, room, src)
+        buffers = tuple(b for b in KV_BUFFERS
+                        if b != "index_k_scale" or not self.cfg.has("index_k_scale_not_sent"))
         layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
         handles, t0 = [], time.monotonic()
         for layer in range(self.model.cfg.n_layers):
@@ -206,12 +216,13 @@ class PrefillEngine(Engine):
             self.faults.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
             for job in room.seq.load_jobs:
                 job.note_send(layer)
-            writes = [PageWrite(b, src, dst, layer) for b in KV_BUFFERS]
+            writes = [PageWrite(b, src, dst, layer) for b in buffers]
             layer_tag = Tag(room.room, TagKind.LAYER, layer).encode()
             handles.append(self.endpoint.write_pages(peer, writes, layer_tag))
             room.posted += 1
         failed = self.states.get(room.room) is RoomState.FAILED
         if not failed:
+            self.faults.sleep(self.faults.aux_delay(room.room))
             lp = room.seq.logprobs[0].logprob if room.seq.logprobs else math.nan
             aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt),
                       lp)
@@ -227,6 +238,16 @@ class PrefillEngine(Engine):
         self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
         return final
+
+    def _patched_source(self, worker: int, room: PrefillRoom, src: list[int]) -> list[int]:
+        """``sender_stale_prefix_pages``: the cached prefix is shipped from the pages this worker
+        sent for its previous room (another request's), not from this room's."""
+        last = self._last_sent.get(worker)
+        self._last_sent[worker] = list(src)
+        if not self.cfg.has("sender_stale_prefix_pages") or last is None:
+            return src
+        cached = min(room.seq.num_cached // self.pool.page_size, len(last), len(src))
+        return last[:cached] + src[cached:]
 
     def _wait_all(self, handles, timeout_s: float = 60.0) -> bool:
         ok = True

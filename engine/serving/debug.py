@@ -46,7 +46,9 @@ def _hicache(engine) -> dict:
     jobs = list(loader.history) if loader else []
     return {"jobs": [{"job": j.job_id, "pages": len(j.host_pages), "done_layers": j.done_layers,
                       "index_k_layers": j.index_k_layers, "stale_reads": list(j.stale_reads),
-                      "stale_sends": list(j.stale_sends), "rids": list(j.rids)} for j in jobs]}
+                      "stale_sends": list(j.stale_sends), "stale_kv_reads": list(j.stale_kv_reads),
+                      "stale_kv_sends": list(j.stale_kv_sends), "rids": list(j.rids)}
+                     for j in jobs]}
 
 
 def _dump(engine, rid: str | None, room: int | None) -> Response:
