@@ -22,7 +22,8 @@ SMALL = {
                                              "abort_orphan_transfer_entry"],
                                   "sessions": 4, "confidence": 0.8, "max_trials": 24},
     "04_wedge_vs_corruption.py": {},
-    "05_investigation_template.py": {"workload": "smoke"},
+    "05_investigation_template.py": {"patches": ["chunk_prev_token_dropped"],
+                                     "shapes": ["baseline"]},
     "06_vllm_pd_kill_storm.py": {"sessions": 8, "storm": 16},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
@@ -35,7 +36,7 @@ RENDERED = {  # text each executed report must contain
     "02_localize_index_k.py": "all inside the",
     "03_bisect_patch_series.py": "culprit patch: hicache_index_k_no_wait",
     "04_wedge_vs_corruption.py": "orphan cleanup",
-    "05_investigation_template.py": "first_bad_position",
+    "05_investigation_template.py": "diagnosis: prefill",
     "06_vllm_pd_kill_storm.py": "solo reference:",
 }
 
@@ -47,6 +48,8 @@ def test_notebook_executes_and_exports_html(tmp_path, name, request):
     params = dict(SMALL[name])
     if name.startswith("03"):
         params["store"] = str(tmp_path / "bisect.sqlite")
+    if name.startswith("05"):
+        params["out_dir"] = str(tmp_path / "investigate")
     if name.startswith("06"):
         params["log_dir"] = str(tmp_path / "vllm-logs")
     params["findings_ledger"] = str(tmp_path / "findings.jsonl")

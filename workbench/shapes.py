@@ -2,8 +2,8 @@
 
 A ``Shape`` is everything but the code: engine settings, seeded faults, extra decode arguments and
 the load (sessions, turns, kills). ``SHAPES`` is the registry ``reproduce(shape=...)`` and
-``sweep`` read; its order (``SWEEP_ORDER``) goes from the plain production setting to the
-specific stresses, so the first shape that fires is the least unusual one.
+``sweep`` read; its order (``SWEEP_ORDER``) starts from the plain production setting, then the
+stresses, cheapest first, so the first shape that fires is the least unusual one.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Shape:
     kill_fraction: float = 0.0
     kill_window_s: float = 1.5
     expect_aborts: bool = False
+    request_timeout_s: float = 45.0  # a request not answered by then is an error (a wedge)
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or not 0 <= self.kill_fraction <= 1:
@@ -39,30 +40,34 @@ class Shape:
 HICACHE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512}
 RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
 CAPTURE = {"debug_capture": 64}
+SMALL_QUEUE = ("--max-transfer-queue", "8")
 
 SHAPES: Registry[Shape] = Registry("load shape")
 for _s in (
     Shape("baseline", "the production setting: HiCache offload on finish (turn 2 loads its "
           "prefix back), prefix cache, prompts crossing chunk boundaries, 6 sessions x 2 turns, "
-          "no faults", {**HICACHE, **CAPTURE}),
+          "no faults; the decode has 8 transfer slots, so slots are reused within a burst",
+          {**HICACHE, **CAPTURE}, decode_args=SMALL_QUEUE, max_tokens=64),
     Shape("slow_transfer", "NIXL writes held 30 ms per layer (+-50%) and the aux row posted "
           "20 ms after the last layer, so notifications and data interleave",
           {**HICACHE, **CAPTURE},
-          {"seed": 11, "transfer_fixed_ms": 30.0, "transfer_jitter": 0.5, "aux_delay_ms": 20.0}),
+          {"seed": 11, "transfer_fixed_ms": 30.0, "transfer_jitter": 0.5, "aux_delay_ms": 20.0},
+          max_tokens=64),
     Shape("hicache_race", "HiCache load-back copies slowed in proportion to their bytes "
           "(2 us/byte, +-30%), so layer loads overlap the forwards that read them",
           {**HICACHE, **CAPTURE}, RACE_FAULTS),
-    Shape("kills", "40% of requests killed within 1 s while transfers are held 40 ms per layer",
-          {**HICACHE, **CAPTURE}, {"seed": 13, "transfer_fixed_ms": 40.0},
-          sessions=8, kill_fraction=0.4, kill_window_s=1.0),
-    Shape("peer_pause", "the prefill's senders pause 2.5 s every 3rd room and the decode times "
-          "waiting rooms out after 1.5 s (timeouts are expected; what they leave is not)",
-          {**HICACHE, **CAPTURE}, {"seed": 17, "peer_pause_every": 3, "peer_pause_ms": 2500.0},
-          ("--waiting-timeout-s", "1.5"), expect_aborts=True),
+    Shape("kills", "40% of requests killed within 1 s while transfers are held 40 ms per layer "
+          "(8 transfer slots on the decode)", {**HICACHE, **CAPTURE},
+          {"seed": 13, "transfer_fixed_ms": 40.0}, SMALL_QUEUE, sessions=8, max_tokens=64,
+          kill_fraction=0.4, kill_window_s=1.0),
+    Shape("peer_pause", "the prefill's senders pause 2 s every 4th room and the decode times "
+          "waiting rooms out after 1.2 s (timeouts are expected; what they leave is not)",
+          {**HICACHE, **CAPTURE}, {"seed": 17, "peer_pause_every": 4, "peer_pause_ms": 2000.0},
+          ("--waiting-timeout-s", "1.2"), max_tokens=64, expect_aborts=True),
 ):
     SHAPES.register(_s.name, _s)
 
-SWEEP_ORDER: tuple[str, ...] = ("baseline", "slow_transfer", "hicache_race", "kills",
+SWEEP_ORDER: tuple[str, ...] = ("baseline", "kills", "slow_transfer", "hicache_race",
                                 "peer_pause")
 
 
