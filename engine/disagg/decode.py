@@ -180,7 +180,8 @@ class DecodeEngine(Engine):
             room.orphaned = True  # entry (and its aux slot) stays in the queue forever
         else:
             del self.transfer[room.room]
-        if self.cfg.has("late_write_after_abort") or Tag(room.room, TagKind.DONE) in room.arrived:
+        settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
+        if self.cfg.has("late_write_after_abort") or settled:  # the prefill writes no more
             self.allocator.free(seq.pages)
             if not room.orphaned:
                 self.free_aux.append(room.aux_slot)
