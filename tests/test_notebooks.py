@@ -33,7 +33,7 @@ FINDINGS = {  # findings each notebook records (all must hold)
 }
 RENDERED = {  # text each executed report must contain
     "01_reproduce_corruption.py": "flagged (95% CI upper bound",
-    "02_localize_index_k.py": "all inside the",
+    "02_localize_index_k.py": "first divergence: room",
     "03_bisect_patch_series.py": "culprit patch: hicache_index_k_no_wait",
     "04_wedge_vs_corruption.py": "orphan cleanup",
     "05_investigation_template.py": "diagnosis: prefill",
