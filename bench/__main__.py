@@ -14,7 +14,15 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import bisect_sim, decode_throughput, dump_overhead, nixl_bandwidth, repro_time, vllm_pd
+from bench import (
+    bisect_sim,
+    decode_throughput,
+    dump_overhead,
+    nixl_bandwidth,
+    repro_time,
+    vllm_pd,
+    zoo,
+)
 from bench.table import TableRow, header, markdown_table
 
 log = logging.getLogger(__name__)
@@ -45,6 +53,8 @@ BENCHMARKS = (
     Benchmark("dump", "dump overhead",
               lambda quick: dump_overhead.measure(rounds=4 if quick else 10),
               dump_overhead.report),
+    Benchmark("zoo", "every zoo bug investigated blind",
+              lambda quick: zoo.measure(bisect=not quick), zoo.report),
     Benchmark("vllm", "real vLLM PD pair vs our embedded pair",
               lambda quick: vllm_pd.measure(eval_n=50 if quick else 200, quick=quick),
               vllm_pd.report),

@@ -146,6 +146,8 @@ def bisect(
     ``trial(candidate, seed) -> failed`` must be a fair sample of the candidate's behaviour.
     Each step runs one trial at the candidate minimising expected posterior entropy; the loop
     stops when ``max(posterior) >= confidence`` (``converged=True``) or after ``max_trials``.
+    ``prior_fail_rate`` is the bad-side rate prior: by default log-uniform over 0.5%..50% (the
+    rate need not be known), or a Beta ``(a, b)`` / any :class:`RatePrior`.
     ``prior_good_fail_rate=None`` means good candidates never fail: one failure at ``c_j``
     proves the culprit is at or before ``j``.  Deterministic given ``seed`` and trial outcomes;
     with ``store`` (experiment defaults to ``"bayes"``) recorded trials are replayed first, so
