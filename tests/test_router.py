@@ -21,7 +21,7 @@ from metrics_check import metric_families
 from upstream_app import sse_chunk
 
 from engine.registry import UnknownVariantError
-from engine.router.app import main as router_main
+from engine.router.cli import main as router_main
 from engine.router.state import RandomChoice, RoomAssignment, RoomLog, RoundRobin, RouterConfig
 from workbench.process import ServerProcess, free_port, python_module
 
@@ -37,10 +37,10 @@ def expected_rooms(seed: int, n: int) -> list[int]:
 
 
 def router(name: str, log_dir: Path, prefill: list[str], decode: list[str], seed: int,
-           timeout_s: float) -> ServerProcess:
+           timeout_s: float, health_s: float = 1.0) -> ServerProcess:
     return ServerProcess(name, python_module(
         "engine.router", "--port", "{port}", "--seed", str(seed), "--timeout-s", str(timeout_s),
-        "--debug-open",
+        "--debug-open", "--health-interval-s", str(health_s),
         "--prefill", *prefill, "--decode", *decode), log_dir)
 
 
@@ -51,7 +51,7 @@ def cluster(tmp_path_factory):
           for n in ("prefill", "decode")}
     p, d = up["prefill"].url, up["decode"].url
     procs = {**up, "main": router("main", logs, [p], [d], 7, 30),
-             "twin": router("twin", logs, [DEAD, p], [d, DEAD], 7, 30),
+             "twin": router("twin", logs, [DEAD, p], [d, DEAD], 7, 30, health_s=0),
              "hasty": router("hasty", logs, [p], [d], 11, 1)}
     with contextlib.ExitStack() as stack:
         for proc in procs.values():
@@ -247,7 +247,8 @@ def assert_cancelled(cluster, tag: str, room: int) -> None:
 
 def test_health_models_and_metrics(cluster):
     urls, client = cluster
-    assert client.get(urls["main"] + "/health").json() == {"status": "ok"}
+    health = client.get(urls["main"] + "/health").json()
+    assert health["status"] == "ok" and all(u["healthy"] for u in health["upstreams"])
     assert client.get(urls["main"] + "/v1/models").json()["data"][0]["id"] == "decode"
     chat(cluster, "main")
     metrics = client.get(urls["main"] + "/metrics").text
@@ -255,3 +256,43 @@ def test_health_models_and_metrics(cluster):
     assert metric_families(urls["main"])["pdwb_router_requests"].type == "counter"
     assert "# TYPE pdwb_router_in_flight_requests gauge" in metrics
     assert client.get(urls["main"] + "/debug/rooms", params={"limit": 1}).json()[0]["status"]
+
+
+def _upstream_health(client: httpx.Client, url: str, server: str) -> bool:
+    return next(u["healthy"] for u in client.get(url + "/health").json()["upstreams"]
+                if u["url"] == server)
+
+
+def test_router_skips_an_unhealthy_server_and_resumes_when_it_is_back(tmp_path):
+    """A decode that is down gets no requests (they go to the healthy one); once it answers
+    /health again it gets its share; a pool with no healthy server answers 503 at once."""
+    late = ServerProcess("late", [sys.executable, UPSTREAM, "--port", "{port}", "--name", "late"],
+                         tmp_path)
+    up = {n: ServerProcess(n, [sys.executable, UPSTREAM, "--port", "{port}", "--name", n],
+                           tmp_path) for n in ("prefill", "decode")}
+    main = router("healing", tmp_path, [up["prefill"].url], [up["decode"].url, late.url], 3, 30,
+                  health_s=0.2)
+    lonely = router("lonely", tmp_path, [DEAD], [up["decode"].url], 3, 30, health_s=0.2)
+    with contextlib.ExitStack() as stack, httpx.Client(timeout=10, trust_env=False) as client:
+        for proc in (*up.values(), main, lonely):
+            stack.callback(proc.stop)
+            proc.start()
+        for proc in (*up.values(), main, lonely):
+            proc.wait_healthy(timeout=30)
+        wait_for(lambda: not _upstream_health(client, main.url, late.url))
+        body = {"messages": MESSAGES}
+        for _ in range(4):
+            assert client.post(main.url + "/v1/chat/completions", json=body).status_code == 200
+        picked = [a["decode"] for a in client.get(main.url + "/debug/rooms").json()]
+        assert picked == [up["decode"].url] * 4
+        stack.callback(late.stop)
+        late.start()
+        late.wait_healthy(timeout=30)
+        wait_for(lambda: _upstream_health(client, main.url, late.url))
+        for _ in range(4):
+            assert client.post(main.url + "/v1/chat/completions", json=body).status_code == 200
+        picked = [a["decode"] for a in client.get(main.url + "/debug/rooms").json()][4:]
+        assert late.url in picked and up["decode"].url in picked
+        wait_for(lambda: not _upstream_health(client, lonely.url, DEAD))
+        resp = client.post(lonely.url + "/v1/chat/completions", json=body)
+        assert resp.status_code == 503 and "no healthy prefill" in resp.json()["error"]["message"]

@@ -1,3 +1,3 @@
-from engine.router.app import main
+from engine.router.cli import main
 
 main()

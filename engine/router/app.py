@@ -16,10 +16,8 @@ disconnect and abort.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import os
 import random
 import time
 from collections.abc import AsyncIterator
@@ -30,6 +28,7 @@ import httpx
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import Response
 
+from engine.router.health import HealthTable, NoHealthyServer, probe_forever
 from engine.router.proxy import (
     CLIENT_CLOSED,
     ClientGone,
@@ -68,10 +67,16 @@ class Router:
         self._prefill_policy, self._decode_policy = factory(policy_rng), factory(policy_rng)
         self._active: set[int] = set()
         self._background: set[asyncio.Task] = set()
+        self.upstreams = HealthTable(cfg.prefill + cfg.decode)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Lifespan: on exit cancels background prefill requests and closes the client."""
+        """Lifespan: probes upstream health; on exit cancels background prefill requests and
+        closes the client."""
+        if self.cfg.health_interval_s > 0:
+            self._spawn(probe_forever(self.client, self.upstreams,
+                                      self.cfg.prefill + self.cfg.decode,
+                                      self.cfg.health_interval_s))
         try:
             yield
         finally:
@@ -82,10 +87,16 @@ class Router:
             await self.client.aclose()
 
     def assign(self) -> RoomAssignment:
-        """Picks the servers and draws the room (no await in between: replayable by seed)."""
-        a = RoomAssignment(room=self._room_rng.getrandbits(63),
-                           prefill=self._prefill_policy.pick(self.cfg.prefill),
-                           decode=self._decode_policy.pick(self.cfg.decode), started=time.time())
+        """Draws the room and picks healthy servers (no await in between: replayable by seed);
+        raises ``NoHealthyServer`` when a pool has none."""
+        room = self._room_rng.getrandbits(63)
+        pools = {role: self.upstreams.healthy(pool) for role, pool in
+                 (("prefill", self.cfg.prefill), ("decode", self.cfg.decode))}
+        for role, pool in pools.items():
+            if not pool:
+                raise NoHealthyServer(role)
+        a = RoomAssignment(room=room, prefill=self._prefill_policy.pick(pools["prefill"]),
+                           decode=self._decode_policy.pick(pools["decode"]), started=time.time())
         self.rooms.add(a)
         self._active.add(a.room)
         return a
@@ -118,6 +129,8 @@ class Router:
                        else f"cannot reach {role} server {url}: {type(exc).__name__}: {exc}")
             log.warning("%s", message)
             self._count_error(role, url, reason)
+            if reason == "connect" and self.cfg.health_interval_s > 0:  # probes bring it back
+                self.upstreams.mark(url, False, "connection refused")
             raise UpstreamError(504 if timeout else 502, message) from exc
 
     async def _prefill(self, a: RoomAssignment, body: dict) -> UpstreamError | None:
@@ -183,7 +196,12 @@ class Router:
         except BadRequestError as exc:
             self.metrics.inc("requests_total", status="400")
             return exc.response()
-        a = self.assign()
+        try:
+            a = self.assign()
+        except NoHealthyServer as exc:
+            self.metrics.inc("requests_total", status="503")
+            return error(503, f"{exc} (probed every {self.cfg.health_interval_s:g}s): "
+                              f"{self.upstreams.snapshot()}")
         stream = body.get("stream") is True
         fields = bootstrap_fields(a)
         to_prefill = {k: v for k, v in body.items() if k != "stream_options"}
@@ -235,8 +253,9 @@ class Router:
         return passthrough(resp, {})
 
     async def health(self) -> dict:
-        """GET /health: the router itself is up."""
-        return {"status": "ok"}
+        """GET /health: the router itself is up; ``upstreams`` is what it knows of its
+        servers."""
+        return {"status": "ok", "upstreams": self.upstreams.snapshot()}
 
     async def prometheus(self, request: Request) -> Response:
         """GET /metrics (OpenMetrics when the scraper asks for it)."""
@@ -269,36 +288,3 @@ def create_app(cfg: RouterConfig) -> FastAPI:
 
     app.get("/debug/rooms", dependencies=[Depends(guard)])(router.debug_rooms)
     return app
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m engine.router``."""
-    import uvicorn
-
-    ap = argparse.ArgumentParser(prog="engine.router", description=__doc__.splitlines()[0])
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--prefill", nargs="+", required=True, metavar="URL")
-    ap.add_argument("--decode", nargs="+", required=True, metavar="URL")
-    ap.add_argument("--seed", type=int, default=None, help="seeds rooms and the random "
-                    "policy, so they replay (default: unpredictable rooms); routers sharing "
-                    "servers need different seeds or their rooms collide")
-    ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
-    ap.add_argument("--debug-open", action="store_true",
-                    help="serve /debug/rooms to any loopback caller without a token")
-    ap.add_argument("--policy", default="round_robin", help=f"one of {POLICIES.names()}")
-    ap.add_argument("--timeout-s", type=float, default=300.0, help="per upstream operation")
-    ap.add_argument("--history", type=int, default=4096, help="rooms kept for /debug/rooms")
-    args = ap.parse_args(argv)
-    try:
-        cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,
-                           args.timeout_s, args.history, debug_token=args.debug_token,
-                           debug_open=args.debug_open)
-    except (KeyError, ValueError) as exc:
-        ap.error(str(exc))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    log.info("router on %s:%d: %s", args.host, args.port, cfg)
-    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=2)
-

@@ -71,6 +71,7 @@ class RouterConfig:
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
     debug_token: str | None = None
     debug_open: bool = False  # /debug/* without a token (loopback callers only)
+    health_interval_s: float = 1.0  # upstream /health probes (0: never; servers stay eligible)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:
@@ -78,8 +79,8 @@ class RouterConfig:
         object.__setattr__(self, "prefill", tuple(check_url(u) for u in self.prefill))
         object.__setattr__(self, "decode", tuple(check_url(u) for u in self.decode))
         POLICIES.get(self.policy)
-        if self.timeout_s <= 0 or self.history < 1:
-            raise ValueError("timeout_s must be > 0 and history >= 1")
+        if self.timeout_s <= 0 or self.history < 1 or self.health_interval_s < 0:
+            raise ValueError("timeout_s must be > 0, history >= 1, health_interval_s >= 0")
 
 
 @dataclass(frozen=True)
