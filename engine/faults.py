@@ -27,10 +27,13 @@ class FaultConfig:
     peer_pause_every: int = 0
     peer_pause_ms: float = 0.0
     aux_delay_ms: float = 0.0  # the aux row's WRITE is posted this long after the last layer's
+    fail_steps: tuple[int, ...] = ()  # engine steps (1-based, counted by the engine) that raise
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fail_steps", tuple(int(s) for s in self.fail_steps))
         for name, value in asdict(self).items():
-            if name != "seed" and value < 0:
+            values = value if isinstance(value, tuple) else (value,)
+            if name != "seed" and any(v < 0 for v in values):
                 raise ValueError(f"fault option {name} must be >= 0, got {value}")
         if self.transfer_jitter > 1 or self.hicache_jitter > 1:
             raise ValueError("jitter is a fraction in [0, 1]")
@@ -40,9 +43,20 @@ class FaultConfig:
         return any(v for k, v in asdict(self).items() if k != "seed")
 
 
+class InjectedFault(RuntimeError):
+    """Raised by an engine step ``FaultConfig.fail_steps`` names."""
+
+
 class FaultInjector:
     def __init__(self, cfg: FaultConfig) -> None:
         self.cfg = cfg
+        self._steps = 0
+
+    def step(self) -> None:
+        """Counts an engine step that runs a batch; raises ``InjectedFault`` on a failing one."""
+        self._steps += 1
+        if self._steps in self.cfg.fail_steps:
+            raise InjectedFault(f"injected failure of engine step {self._steps}")
 
     def _uniform(self, kind: str, key: object) -> float:
         digest = hashlib.sha256(f"{self.cfg.seed}|{kind}|{key}".encode()).digest()

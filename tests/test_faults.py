@@ -10,10 +10,12 @@ import signal
 import threading
 import time
 
+import httpx
 import pytest
 
 from workbench.concurrency import inject_concurrency
 from workbench.launch import launch_pd_pair
+from workbench.process import ServerProcess, python_module
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)
@@ -65,11 +67,15 @@ def test_a_role_killed_under_load_and_restarted_is_served_again(tmp_path, role):
         _serves_correctly(pair, seed=12)
         recovered_s = time.monotonic() - t0
         _settled(pair)
-    s = during.summary
-    log.info("%s SIGKILL: %d requests, %d completed, %d errors, %d aborted; recovered in %.1fs",
-             role, s.requests, s.completed, s.errors, s.aborted, recovered_s)
-    assert s.requests > 0 and s.errors + s.aborted > 0  # the fault really hit requests
+    s, df = during.summary, during.requests
+    aborted = int((df["finish_reason"] == "abort").sum())
+    statuses = sorted(int(x) for x in df.filter(df["error"] != "")["status"].to_list())
+    log.info("%s SIGKILL: %d requests, %d completed, %d errors %s, %d 200-abort; recovered in "
+             "%.1fs", role, s.requests, s.completed, s.errors, statuses, aborted, recovered_s)
+    assert s.requests > 0 and s.errors > 0  # the fault really hit requests
     assert s.errors + s.completed + s.killed == s.requests  # every request got an answer
+    assert aborted == 0, "an internal failure reached a client as 200 finish_reason abort"
+    assert all(st >= 500 for st in statuses), statuses
 
 
 def test_a_paused_prefill_recovers(tmp_path):
@@ -82,3 +88,31 @@ def test_a_paused_prefill_recovers(tmp_path):
         _load_during(pair, pause, seed=21)
         _serves_correctly(pair, seed=22)
         _settled(pair)
+
+
+def test_a_failing_engine_step_fails_its_requests_with_500_and_the_server_goes_on(tmp_path):
+    faults = '{{"fail_steps": [3, 6]}}'  # braces doubled for str.format: requests 1 and 2 fail
+    # at their 3rd step (prefill, 2 decode steps)
+    srv = ServerProcess("engine", python_module("engine", "serve", "--port", "{port}", "--set",
+                                                f"faults={faults}"), tmp_path)
+    srv.start()
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    try:
+        srv.wait_healthy(timeout=120)
+        with httpx.Client(base_url=srv.url, timeout=60) as c:
+            one = c.post("/v1/chat/completions", json=body)
+            with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+                events = [ln.removeprefix("data: ") for ln in r.iter_lines() if ln]
+            three = c.post("/v1/chat/completions", json=body)
+            health = c.get("/health")
+    finally:
+        srv.stop()
+    assert one.status_code == 500
+    assert "engine step 3" in one.json()["error"]["message"]
+    assert one.json()["error"]["type"] == "server_error"
+    error = httpx.Response(200, content=events[-2]).json()["error"]
+    assert r.status_code == 200 and events[-1] == "[DONE]" and error["code"] == 500
+    assert "engine step 6" in error["message"]
+    assert not any('"finish_reason": "abort"' in e for e in events)
+    assert three.status_code == 200 and health.status_code == 200
+    assert three.json()["choices"][0]["finish_reason"] in ("stop", "length")

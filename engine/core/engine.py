@@ -28,7 +28,15 @@ from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon,
 from engine.core.model_runner import ModelRunner, StepOutput
 from engine.core.overlap import ForwardWorker, OverlapState
 from engine.core.scheduler import Scheduler
-from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent, TokenLogprob
+from engine.core.sequence import (
+    Failure,
+    FailureKind,
+    FinishReason,
+    Sequence,
+    Status,
+    TokenEvent,
+    TokenLogprob,
+)
 from engine.faults import FaultInjector
 from engine.model.model import TinyDeepSeek, load_model
 from engine.text.tokenizer import Tokenizer
@@ -139,7 +147,7 @@ class Engine:
         self.capture(seq)
         self.scheduler.finish(seq, reason)
         self.stats.finished[reason.value] += 1
-        seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached))
+        seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached, failure=seq.failure))
 
     def step(self) -> StepOutput | None:
         """Runs one scheduling step; returns None when there was nothing to run.
@@ -159,6 +167,7 @@ class Engine:
         batch = self.scheduler.schedule()
         if not batch:
             return None
+        self.faults.step()
         out = self.runner.run(batch)
         for it in batch.items:
             it.seq.num_computed = it.start + it.num_tokens
@@ -172,6 +181,7 @@ class Engine:
         future = {s.seq: s.token for s in last.sampled} if last else {}
         batch = self.scheduler.schedule()
         if batch:
+            self.faults.step()
             if ov.worker is None:
                 ov.worker = ForwardWorker(self.runner)
             ov.inflight = ov.worker.launch(batch, self.runner.prepare(batch, future))
@@ -238,18 +248,20 @@ class Engine:
         while not self._stop.is_set():
             try:
                 ran = self.step()
-            except Exception:
-                log.exception("engine step failed; aborting running requests")
-                self._abort_all()
+            except Exception as exc:  # noqa: BLE001 - the loop outlives any one step
+                log.exception("engine step failed; failing running requests")
+                self._abort_all(Failure(FailureKind.ENGINE, f"engine step failed: "
+                                                            f"{type(exc).__name__}: {exc}"))
                 ran = None
             if ran is None:
                 self._wake.wait(timeout=self.idle_wait_s)
                 self._wake.clear()
 
-    def _abort_all(self) -> None:
+    def _abort_all(self, failure: Failure) -> None:
         for seq in [*self.scheduler.running, *self.scheduler.waiting]:
             try:
-                self._finish(seq, FinishReason.ABORT)
+                seq.failure = seq.failure or failure
+                self._finish(seq, FinishReason.ERROR)
             except Exception:  # noqa: BLE001 - one request's cleanup never ends the loop
                 log.exception("abort of %s failed", seq.rid)
 

@@ -117,9 +117,10 @@ class Scheduler:
             self.release(seq)
 
     def release(self, seq: Sequence) -> None:
-        """Caches a finished sequence's full computed pages (unless aborted), then frees them."""
+        """Caches a finished sequence's full computed pages (unless aborted or failed), then frees
+        them."""
         reason = seq.finish_reason
-        if self.cache is not None and reason is not FinishReason.ABORT:
+        if self.cache is not None and reason not in (FinishReason.ABORT, FinishReason.ERROR):
             self.cache.insert(seq.tokens[: seq.num_computed], seq.pages)
         self.alloc.free(seq.pages)
         seq.pages = []

@@ -19,7 +19,22 @@ class Status(enum.Enum):
 class FinishReason(enum.Enum):
     STOP = "stop"
     LENGTH = "length"
-    ABORT = "abort"
+    ABORT = "abort"  # the client went away (or asked to stop)
+    ERROR = "error"  # an internal failure ended it; ``Sequence.failure`` says which
+
+
+class FailureKind(enum.Enum):
+    ENGINE = "engine"  # the engine step raised
+    PEER = "peer"  # a PD peer failed, reported failure or could not be reached
+    TIMEOUT = "timeout"  # the KV transfer did not complete in time
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a request ended with ``FinishReason.ERROR`` (servers map ``kind`` to a status)."""
+
+    kind: FailureKind
+    message: str
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,7 @@ class TokenEvent:
     finish_reason: FinishReason | None = None
     num_cached_tokens: int = 0
     logprob: TokenLogprob | None = None
+    failure: Failure | None = None  # set on a terminal ``FinishReason.ERROR`` event
 
 
 @dataclass(eq=False)
@@ -82,6 +98,7 @@ class Sequence:
     generator: torch.Generator | None = None
     load_jobs: tuple = ()  # HiCache LoadJobs filling some of ``pages``
     logprobs: list[TokenLogprob] = field(default_factory=list)  # when params.logprobs is set
+    failure: Failure | None = None  # why it ended with ``FinishReason.ERROR``
 
     @property
     def tokens(self) -> list[int]:

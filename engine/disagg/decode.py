@@ -19,13 +19,22 @@ import torch
 
 from engine.core.engine import Engine
 from engine.core.scheduler import pages_for
-from engine.core.sequence import FinishReason, Sequence, Status, TokenEvent, TokenLogprob
+from engine.core.sequence import (
+    Failure,
+    FailureKind,
+    FinishReason,
+    Sequence,
+    Status,
+    TokenEvent,
+    TokenLogprob,
+)
 from engine.disagg.bootstrap import BootstrapClient
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
 from engine.transfer.endpoint import TransferEndpoint
 
 log = logging.getLogger(__name__)
+CLIENT_ABORT, WAITING_TIMEOUT = "client abort", "waiting timeout"  # room failure reasons
 
 
 @dataclass(eq=False)
@@ -134,7 +143,9 @@ class DecodeEngine(Engine):
             self.states.fail(room.room, "prefill unreachable")  # them if still unreachable
             return
         if time.monotonic() - room.created > self.waiting_timeout_s:
-            self.states.fail(room.room, "waiting timeout")
+            self.states.fail(room.room, WAITING_TIMEOUT)
+            room.seq.failure = Failure(FailureKind.TIMEOUT, f"KV of room {room.room} did not "
+                                       f"arrive within {self.waiting_timeout_s:g} s")
             if self.cfg.has("transfer_timeout_leaks_room"):  # pages and aux slot never return
                 del self.transfer[room.room]
                 self._emit_end(room.seq)
@@ -190,6 +201,10 @@ class DecodeEngine(Engine):
                                                     else room.aux_slot,
                                                     time.monotonic() + self.quarantine_s)
         seq.pages = []
+        reason = self.states.reason(room.room)
+        if seq.failure is None and reason not in (None, CLIENT_ABORT):
+            kind = FailureKind.TIMEOUT if reason == WAITING_TIMEOUT else FailureKind.PEER
+            seq.failure = Failure(kind, f"KV transfer of room {room.room} failed: {reason}")
         self._emit_end(seq)
 
     def _free_quarantined(self, room_id: int) -> None:
@@ -204,16 +219,19 @@ class DecodeEngine(Engine):
             self._free_quarantined(room_id)
 
     def _emit_end(self, seq: Sequence) -> None:
+        """Ends a request that never reached the running batch: ERROR when ``seq.failure`` is
+        set (an internal failure), else ABORT (the client's)."""
         if seq.status is not Status.FINISHED:
-            seq.status, seq.finish_reason = Status.FINISHED, FinishReason.ABORT
-            self.stats.finished["abort"] += 1
-            seq.sink(TokenEvent(seq.rid, None, FinishReason.ABORT, 0))
+            reason = FinishReason.ABORT if seq.failure is None else FinishReason.ERROR
+            seq.status, seq.finish_reason = Status.FINISHED, reason
+            self.stats.finished[reason.value] += 1
+            seq.sink(TokenEvent(seq.rid, None, reason, 0, failure=seq.failure))
 
     def _abort(self, rid: str) -> None:
         room = self._room_of(rid)
         if room is None:
             return super()._abort(rid)
-        self.states.fail(room.room, "client abort")
+        self.states.fail(room.room, CLIENT_ABORT)
         log.info("room %d aborted by client in %s", room.room,
                  "prealloc" if room in self.prealloc else "transfer")
         self.bootstrap.send_abort(room.prefill_url, room.room)

@@ -154,7 +154,7 @@ class PrefillEngine(Engine):
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         room = next((r for r in self.rooms.values() if r.seq is seq), None)
-        if room is None or reason is FinishReason.ABORT or not seq.output:
+        if room is None or reason in (FinishReason.ABORT, FinishReason.ERROR) or not seq.output:
             super()._finish(seq, reason)
             if room is not None:
                 self._fail(room, "aborted before transfer")

@@ -86,6 +86,14 @@ class TransferStateTable:
             rec = self._rooms.get(room)
             return rec.state if rec else None
 
+    def reason(self, room: int) -> str | None:
+        """Why ``room`` failed, or None when it has not (or is forgotten)."""
+        with self._lock:
+            if room in self._failed:
+                return self._failed[room]
+            rec = self._rooms.get(room)
+            return rec.reason if rec is not None and rec.state is RoomState.FAILED else None
+
     def clear(self, room: int) -> None:
         with self._lock:
             self._rooms.pop(room, None)

@@ -8,6 +8,8 @@ import re
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
+from engine.core.sequence import Failure, FailureKind
+
 
 class ErrorDetail(BaseModel):
     message: str
@@ -90,6 +92,22 @@ def error_response(status: int, message: str, param: str | None = None) -> JSONR
     """The answer with ``status`` and an ``ErrorResponse.of_status`` body (server and router)."""
     body = ErrorResponse.of_status(status, message, param)
     return JSONResponse(body.model_dump(), status_code=status)
+
+
+FAILURE_STATUS = {FailureKind.ENGINE: 500, FailureKind.PEER: 502, FailureKind.TIMEOUT: 504}
+
+
+def failure_response(failure: Failure) -> JSONResponse:
+    """The answer to a request an internal failure ended: 500 (engine), 502 (PD peer) or 504
+    (KV transfer timeout), never 200 with ``finish_reason: "abort"``."""
+    return error_response(FAILURE_STATUS[failure.kind], failure.message)
+
+
+def failure_event(failure: Failure) -> str:
+    """The SSE event that ends a stream an internal failure broke (the status as ``code``),
+    followed by ``[DONE]``."""
+    body = ErrorResponse.of_status(FAILURE_STATUS[failure.kind], failure.message)
+    return f"data: {json.dumps(body.model_dump())}\n\ndata: [DONE]\n\n"
 
 
 def validation_error_message(exc: ValidationError) -> str:

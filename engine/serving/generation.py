@@ -14,7 +14,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from engine.core.engine import Engine
-from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent, TokenLogprob
+from engine.core.sequence import (
+    Failure,
+    FinishReason,
+    SamplingParams,
+    Sequence,
+    TokenEvent,
+    TokenLogprob,
+)
 from engine.text import tokenizer as T
 from engine.text.chat import ToolSpec, render_prompt
 from engine.text.dsml_grammar import partial_suffix
@@ -72,6 +79,7 @@ class Generation:
         self.queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self.tokens: list[int] = []
         self.finish_reason: FinishReason | None = None
+        self.failure: Failure | None = None  # set when it ended with FinishReason.ERROR
         self.num_cached = 0
         self.created = time.time()
         self.first_token_at: float | None = None
@@ -106,7 +114,7 @@ class Generation:
                         self.finish_reason = FinishReason.STOP
                     yield ev
                 if ev.finish_reason is not None:
-                    self.finish_reason = ev.finish_reason
+                    self.finish_reason, self.failure = ev.finish_reason, ev.failure
         finally:
             if self.finish_reason is None:
                 self.engine.abort(self.rid)

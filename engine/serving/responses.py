@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, model_serializer
+
+from engine.text.chat import ToolCall
+from engine.text.dsml import ContentDelta, ToolCallDelta, arguments_json, tool_call_id
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
 ROOM_RID = re.compile(r"room-(\d+)")
@@ -154,3 +158,22 @@ class ChatCompletionChunk(_Wire):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
+
+
+def tool_calls_out(calls: Sequence[ToolCall]) -> list[ToolCallOut] | None:
+    """The wire form of parsed calls (ids from ``tool_call_id``); None when there are none."""
+    out = [ToolCallOut(id=tool_call_id(i, c),
+                       function=FunctionCallOut(name=c.name, arguments=arguments_json(c.arguments)))
+           for i, c in enumerate(calls)]
+    return out or None
+
+
+def delta_of(ev: ContentDelta | ToolCallDelta) -> Delta:
+    """A stream parser's event as a chunk delta; a call's first delta carries its id and type."""
+    if isinstance(ev, ContentDelta):
+        return Delta(content=ev.text)
+    fn = DeltaFunction(name=ev.name, arguments=ev.arguments)
+    first = ev.name is not None
+    call = DeltaToolCall(index=ev.index, function=fn, id=ev.id if first else None,
+                         type="function" if first else None)
+    return Delta(tool_calls=[call])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 
 import pydantic
 from fastapi import FastAPI, Request
@@ -22,7 +21,7 @@ from engine.core.sequence import FinishReason, SamplingParams
 from engine.serving import native
 from engine.serving.admission import Admission, chat_admission, native_admission
 from engine.serving.debug import add_debug_routes
-from engine.serving.errors import BadRequestError
+from engine.serving.errors import BadRequestError, failure_event, failure_response
 from engine.serving.errors import error_response as error
 from engine.serving.generation import Generation, PromptPlan, plan_prompt
 from engine.serving.limits import BodyLimit
@@ -35,24 +34,15 @@ from engine.serving.responses import (
     Choice,
     ChunkChoice,
     Delta,
-    DeltaFunction,
-    DeltaToolCall,
-    FunctionCallOut,
     PromptTokensDetails,
     ResponseMessage,
-    ToolCallOut,
     Usage,
     completion_id,
+    delta_of,
     room_rid,
+    tool_calls_out,
 )
 from engine.serving.responses import FinishReason as FinishReasonOut
-from engine.text.chat import ToolCall
-from engine.text.dsml import (
-    ContentDelta,
-    ToolCallDelta,
-    arguments_json,
-    tool_call_id,
-)
 from engine.text.parsers import NO_CALLS, ToolParser, get_parser
 
 log = logging.getLogger(__name__)
@@ -64,13 +54,6 @@ def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
         return "tool_calls"
     return {FinishReason.LENGTH: "length", FinishReason.ABORT: "abort"}.get(gen.finish_reason,
                                                                           "stop")
-
-
-def tool_calls_out(calls: Sequence[ToolCall]) -> list[ToolCallOut] | None:
-    out = [ToolCallOut(id=tool_call_id(i, c),
-                       function=FunctionCallOut(name=c.name, arguments=arguments_json(c.arguments)))
-           for i, c in enumerate(calls)]
-    return out or None
 
 
 def usage(gen: Generation) -> Usage:
@@ -200,6 +183,8 @@ class ChatServer:
             return StreamingResponse(self.native_stream(gen, request, req.return_logprob),
                                      media_type="text/event-stream", headers=headers)
         await self._drain(gen, request)
+        if gen.failure is not None:
+            return failure_response(gen.failure)
         return JSONResponse(native.native_body(gen, req.return_logprob), headers=headers)
 
     async def native_stream(self, gen: Generation, request: Request, logprobs: bool):
@@ -209,6 +194,9 @@ class ChatServer:
                 yield native.sse(native.native_body(gen, logprobs))
         finally:
             watcher.cancel()
+        if gen.failure is not None:
+            yield failure_event(gen.failure)
+            return
         yield native.sse(native.native_body(gen, logprobs))
         yield "data: [DONE]\n\n"
 
@@ -225,6 +213,8 @@ class ChatServer:
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:
         await self._drain(gen, request)
+        if gen.failure is not None:
+            return failure_response(gen.failure)
         self._observe(gen)
         parsed = self._parser(gen).parse(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
@@ -274,26 +264,19 @@ class ChatServer:
         async for _ in gen.events():
             pending.append(gen.take_text())
             for d in det.feed("".join(pending)):
-                yield chunk(self._delta(d))
+                yield chunk(delta_of(d))
             pending = []
+        if gen.failure is not None:
+            yield failure_event(gen.failure)
+            return
         for d in det.feed("".join([*pending, gen.take_text(final=True)])) + det.finish():
-            yield chunk(self._delta(d))
+            yield chunk(delta_of(d))
         self._observe(gen)
         self._count_leak(det.leaked)
         yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
         if include_usage:
             yield ChatCompletionChunk(**base, choices=[], usage=usage(gen)).sse()
         yield "data: [DONE]\n\n"
-
-    @staticmethod
-    def _delta(ev: ContentDelta | ToolCallDelta) -> Delta:
-        if isinstance(ev, ContentDelta):
-            return Delta(content=ev.text)
-        fn = DeltaFunction(name=ev.name, arguments=ev.arguments)
-        first = ev.name is not None  # the first delta of a call carries its id and type
-        call = DeltaToolCall(index=ev.index, function=fn, id=ev.id if first else None,
-                             type="function" if first else None)
-        return Delta(tool_calls=[call])
 
 
 def create_app(engine: Engine, debug_token: str | None = None, port: int = 0, *,
