@@ -302,3 +302,32 @@ def test_channel_exchange_and_timeouts() -> None:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
     sys.exit(child_main())
+
+
+LISTENERS = """
+import os, torch
+from engine.transfer.endpoint import TransferEndpoint
+ep = TransferEndpoint("listen-test", {"b": torch.zeros(2, 4)})
+links = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:  # the listing's own descriptor, closed by now
+        pass
+inodes = {int(x[8:-1]) for x in links if x.startswith("socket:[")}
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A" and int(f[9]) in inodes:  # LISTEN, owned by this process
+            print("LISTEN", f[1].split(":")[0])
+ep.close()
+"""
+
+
+def test_ucx_listens_on_loopback_only() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "UCX_NET_DEVICES"}
+    out = subprocess.run([sys.executable, "-c", LISTENERS], capture_output=True, text=True,
+                         timeout=60, env=env, check=True).stdout.splitlines()
+    out = [ln.split()[1] for ln in out if ln.startswith("LISTEN ")]  # NIXL logs to stdout too
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 (hex, LE)
+    assert out and set(out) <= loopback, out

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -160,10 +161,12 @@ class TransferEndpoint:
     """One NIXL agent owning registered page buffers; writes pages into connected peers.
 
     ``page_dims`` maps buffer name to its page dimension (default 0): use 1 for ``[L, P, ...]``.
+    ``net_devices`` is UCX's ``UCX_NET_DEVICES`` for this process (default ``lo``: listeners
+    bind loopback only); an ``UCX_NET_DEVICES`` already in the environment wins.
     """
 
     def __init__(self, name: str, buffers: Mapping[str, torch.Tensor], backend: str = "UCX",
-                 page_dims: Mapping[str, int] | None = None) -> None:
+                 page_dims: Mapping[str, int] | None = None, net_devices: str = "lo") -> None:
         dims = dict(page_dims or {})
         unknown = set(dims) - set(buffers)
         if unknown:
@@ -172,6 +175,7 @@ class TransferEndpoint:
         self._tensors = dict(buffers)
         self._infos = {k: BufferInfo.from_tensor(k, t, dims.get(k, 0)) for k, t in buffers.items()}
         self._lock = threading.RLock()
+        os.environ.setdefault("UCX_NET_DEVICES", net_devices)  # read when UCX initialises
         self._agent = nixl_agent(name, nixl_agent_config(backends=[backend]))
         if backend not in self._agent.backends:
             raise TransferError(f"NIXL backend {backend!r} unavailable")
