@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 import openai
@@ -235,3 +236,20 @@ def test_stop_strings_end_the_output_before_the_first_match(server):
                 streamed += choice["delta"].get("content") or ""
                 finish = choice.get("finish_reason") or finish
     assert streamed == want and finish == "stop"
+
+
+def test_a_large_body_is_tokenized_off_the_event_loop(server):
+    """A 7.5 MB prompt (refused after tokenization) must not stall other routes meanwhile."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "word " * 1_500_000}],
+            "max_tokens": 4}
+    done: dict[str, httpx.Response] = {}
+    big = threading.Thread(target=lambda: done.setdefault(
+        "r", httpx.post(server.url + "/v1/chat/completions", json=body, timeout=120)))
+    big.start()
+    answered = 0
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        while big.is_alive():
+            answered += c.get("/health").status_code == 200 and big.is_alive()
+    big.join()
+    assert done["r"].status_code == 400 and "tokens" in done["r"].json()["error"]["message"]
+    assert answered >= 2  # on the loop, tokenizing stalled /health until the request ended

@@ -23,11 +23,9 @@ from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
-from engine.serving import native
-from engine.serving.admission import Admission, chat_admission, native_admission
+from engine.serving.admission import Admission
 from engine.serving.errors import BadRequestError, json_object
 from engine.serving.generation import Bootstrap, Generation
-from engine.serving.protocol import parse_chat_request
 from engine.serving.server import ChatServer
 from engine.transfer.endpoint import ChannelError, EndpointBlob
 
@@ -93,16 +91,14 @@ class PrefillServer(ChatServer):
 
     async def chat(self, request: Request):
         try:
-            req = parse_chat_request(await request.body())
-            a = chat_admission(self.plan(req), req, self.default_max_tokens)
+            a = (await self.parse_chat(request)).admission
         except BadRequestError as exc:
             return self._refuse(exc)
         return await self._prefill(request, a)
 
     async def generate(self, request: Request):
         try:
-            req = native.parse_generate_request(await request.body())
-            a = native_admission(self.engine.tokenizer, req, self.default_max_tokens)
+            a = (await self.parse_native(request)).admission
         except BadRequestError as exc:
             return self._refuse(exc)
         return await self._prefill(request, a)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from engine.core.sequence import SamplingParams
 from engine.serving.errors import BadRequestError
-from engine.serving.generation import Bootstrap, OutputOptions, PromptPlan
-from engine.serving.native import GenerateRequest
-from engine.serving.protocol import ChatCompletionRequest
+from engine.serving.generation import Bootstrap, OutputOptions, PromptPlan, plan_prompt
+from engine.serving.native import GenerateRequest, parse_generate_request
+from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
 from engine.text.tokenizer import Tokenizer
 
 
@@ -20,6 +22,30 @@ class Admission:
     params: SamplingParams
     boot: Bootstrap
     output: OutputOptions
+
+
+@dataclass(frozen=True)
+class ChatAdmitted:
+    """A chat request and its admission (parsed and tokenized off the event loop)."""
+
+    req: ChatCompletionRequest
+    admission: Admission
+
+
+@dataclass(frozen=True)
+class NativeAdmitted:
+    """A ``/generate`` request and its admission (parsed and tokenized off the event loop)."""
+
+    req: GenerateRequest
+    admission: Admission
+
+
+def plan_chat(tk: Tokenizer, req: ChatCompletionRequest) -> PromptPlan:
+    """The prompt a chat request renders to (tools, ``tool_choice`` prefix), tokenized."""
+    choice = req.tool_choice
+    if isinstance(choice, BaseModel):
+        choice = choice.model_dump()
+    return plan_prompt(tk, req.message_dicts(), tool_specs(req), choice)
 
 
 def chat_admission(plan: PromptPlan, req: ChatCompletionRequest,
@@ -50,3 +76,16 @@ def native_admission(tk: Tokenizer, req: GenerateRequest, default_max_tokens: in
     return Admission(PromptPlan(ids, "", []), params,
                      Bootstrap(req.bootstrap_host, req.bootstrap_port, req.bootstrap_room),
                      OutputOptions(sp.skip_special_tokens, sp.no_stop_trim))
+
+
+def admit_chat_body(tk: Tokenizer, body: bytes, default_max_tokens: int) -> ChatAdmitted:
+    """Parses, validates and tokenizes a chat body (CPU-bound: servers run it on a worker
+    thread); raises ``BadRequestError`` or ``ValueError``."""
+    req = parse_chat_request(body)
+    return ChatAdmitted(req, chat_admission(plan_chat(tk, req), req, default_max_tokens))
+
+
+def admit_native_body(tk: Tokenizer, body: bytes, default_max_tokens: int) -> NativeAdmitted:
+    """``admit_chat_body`` for ``/generate`` bodies."""
+    req = parse_generate_request(body)
+    return NativeAdmitted(req, native_admission(tk, req, default_max_tokens))

@@ -12,22 +12,26 @@ import asyncio
 import logging
 import time
 
-import pydantic
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
 from engine.serving import native
-from engine.serving.admission import Admission, chat_admission, native_admission
+from engine.serving.admission import (
+    Admission,
+    ChatAdmitted,
+    NativeAdmitted,
+    admit_chat_body,
+    admit_native_body,
+)
 from engine.serving.debug import add_debug_routes
 from engine.serving.errors import BadRequestError, failure_event, failure_response
 from engine.serving.errors import error_response as error
-from engine.serving.generation import Generation, PromptPlan, plan_prompt
+from engine.serving.generation import Generation, PromptPlan
 from engine.serving.limits import BodyLimit
 from engine.serving.logprobs import choice_logprobs
 from engine.serving.metrics import Metrics, engine_gauges
-from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
 from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -136,12 +140,6 @@ class ChatServer:
             self.metrics.observe("inter_token_latency_seconds",
                                  (end - gen.first_token_at) / (len(gen.tokens) - 1))
 
-    def plan(self, req: ChatCompletionRequest) -> PromptPlan:
-        choice = req.tool_choice
-        if isinstance(choice, pydantic.BaseModel):
-            choice = choice.model_dump()
-        return plan_prompt(self.engine.tokenizer, req.message_dicts(), tool_specs(req), choice)
-
     def admit(self, a: Admission) -> Generation:
         """Hands a new generation to the engine (the decode role overrides this)."""
         return self._new_generation(a).start()
@@ -156,12 +154,24 @@ class ChatServer:
             return exc.response()
         return error(400, str(exc), "messages")
 
+    async def parse_chat(self, request: Request) -> ChatAdmitted:
+        """Parses, validates and tokenizes a chat body on a worker thread, never on the loop
+        (a large body must not stall /health or other requests); raises ``BadRequestError``."""
+        return await asyncio.to_thread(admit_chat_body, self.engine.tokenizer,
+                                       await request.body(), self.default_max_tokens)
+
+    async def parse_native(self, request: Request) -> NativeAdmitted:
+        """``parse_chat`` for ``/generate`` bodies."""
+        return await asyncio.to_thread(admit_native_body, self.engine.tokenizer,
+                                       await request.body(), self.default_max_tokens)
+
     async def chat(self, request: Request):
         try:
-            req = parse_chat_request(await request.body())
-            gen = self.admit(chat_admission(self.plan(req), req, self.default_max_tokens))
+            parsed = await self.parse_chat(request)
+            gen = self.admit(parsed.admission)
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
+        req = parsed.req
         self.metrics.inc("requests_total", status="200")
         gen.want_token_ids = req.return_token_ids
         headers = native.unsupported_headers(req.unsupported())
@@ -173,10 +183,11 @@ class ChatServer:
 
     async def generate(self, request: Request):
         try:
-            req = native.parse_generate_request(await request.body())
-            gen = self.admit(native_admission(self.engine.tokenizer, req, self.default_max_tokens))
+            parsed = await self.parse_native(request)
+            gen = self.admit(parsed.admission)
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
+        req = parsed.req
         self.metrics.inc("requests_total", status="200")
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
