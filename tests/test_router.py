@@ -296,3 +296,23 @@ def test_router_skips_an_unhealthy_server_and_resumes_when_it_is_back(tmp_path):
         wait_for(lambda: not _upstream_health(client, lonely.url, DEAD))
         resp = client.post(lonely.url + "/v1/chat/completions", json=body)
         assert resp.status_code == 503 and "no healthy prefill" in resp.json()["error"]["message"]
+
+
+def test_a_slow_health_probe_is_not_a_dead_server():
+    """Timeouts and 5xx need FAILURE_THRESHOLD probes in a row (a busy decode on 2 cores once
+    missed a 1 s probe and the router answered 503 meanwhile); a refused connection counts at
+    once; one good probe resets the count."""
+    from engine.router.health import FAILURE_THRESHOLD, HealthTable
+
+    t = HealthTable(["a", "b"])
+    for _ in range(FAILURE_THRESHOLD - 1):
+        t.probed("a", False, "ReadTimeout")
+    t.probed("a", True)
+    for _ in range(FAILURE_THRESHOLD - 1):
+        t.probed("a", False, "ReadTimeout")
+    assert t.healthy(["a", "b"]) == ("a", "b")
+    t.probed("a", False, "ReadTimeout")
+    t.probed("b", False, "ConnectError", refused=True)
+    assert t.healthy(["a", "b"]) == ()
+    t.probed("b", True)
+    assert t.healthy(["a", "b"]) == ("b",)

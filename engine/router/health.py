@@ -1,8 +1,10 @@
 """Upstream health as the router sees it.
 
-A server is healthy until a probe of its ``/health`` or a proxied request fails to reach it, and
-healthy again once a probe answers 200; picks only see healthy servers, so the router stops
-sending to a dead or restarting server and resumes when it is back.
+A server is unhealthy once a connection to it is refused (a probe or a proxied request: the
+process is gone) or after ``FAILURE_THRESHOLD`` consecutive failed probes (timeouts or non-200
+answers: a busy server is slow, not dead), and healthy again once a probe answers 200. Picks
+only see healthy servers, so the router stops sending to a dead or restarting server and resumes
+when it is back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import asdict, dataclass
 import httpx
 
 log = logging.getLogger(__name__)
+FAILURE_THRESHOLD = 3  # consecutive failed probes (not refusals) before a server is unhealthy
+PROBE_TIMEOUT_S = 5.0
 
 
 class NoHealthyServer(Exception):
@@ -40,6 +44,7 @@ class HealthTable:
     def __init__(self, servers: Sequence[str]) -> None:
         now = time.time()
         self._state = {u: ServerHealth(u, True, now) for u in servers}
+        self._fails = dict.fromkeys(servers, 0)
 
     def mark(self, url: str, healthy: bool, reason: str = "") -> None:
         old = self._state.get(url)
@@ -47,6 +52,13 @@ class HealthTable:
             log.warning("upstream %s is %s%s", url, "back" if healthy else "unhealthy",
                         f": {reason}" if reason else "")
             self._state[url] = ServerHealth(url, healthy, time.time(), reason)
+
+    def probed(self, url: str, ok: bool, reason: str = "", refused: bool = False) -> None:
+        """Records one probe: healthy on success; unhealthy at once when ``refused``, else after
+        ``FAILURE_THRESHOLD`` failures in a row."""
+        self._fails[url] = 0 if ok else self._fails.get(url, 0) + 1
+        if ok or refused or self._fails[url] >= FAILURE_THRESHOLD:
+            self.mark(url, ok, reason)
 
     def healthy(self, pool: Sequence[str]) -> tuple[str, ...]:
         return tuple(u for u in pool if self._state[u].healthy)
@@ -57,16 +69,17 @@ class HealthTable:
 
 async def probe_forever(client: httpx.AsyncClient, table: HealthTable, servers: Sequence[str],
                         interval_s: float) -> None:
-    """Probes every server's ``/health`` each ``interval_s`` seconds (timeout: the interval,
-    at least 1 s) until cancelled."""
-    timeout = max(1.0, interval_s)
+    """Probes every server's ``/health`` each ``interval_s`` seconds (timeout
+    ``PROBE_TIMEOUT_S``) until cancelled."""
 
     async def one(url: str) -> None:
         try:
-            resp = await client.get(url + "/health", timeout=timeout)
-            table.mark(url, resp.status_code == 200, f"/health answered {resp.status_code}")
+            resp = await client.get(url + "/health", timeout=PROBE_TIMEOUT_S)
+            table.probed(url, resp.status_code == 200, f"/health answered {resp.status_code}")
+        except httpx.ConnectError as exc:
+            table.probed(url, False, f"{type(exc).__name__}", refused=True)
         except httpx.HTTPError as exc:
-            table.mark(url, False, f"{type(exc).__name__}")
+            table.probed(url, False, f"{type(exc).__name__}")
 
     while True:
         await asyncio.gather(*(one(u) for u in servers))
