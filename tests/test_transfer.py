@@ -111,6 +111,21 @@ def verify_round(round_name: str, dst: dict[str, torch.Tensor]) -> list[str]:
     return bad
 
 
+def done_round_bad(r: str, dst: dict[str, torch.Tensor]) -> list[str]:
+    """Layers of DONE_WRITE's destination pages not holding round ``r``'s byte everywhere."""
+    view = as_bytes(dst["kv"]).view(2, DST_PAGES, -1)
+    want = done_round_byte(int(r))
+    return [f"kv[{o}, {p}]" for o in range(2) for p in DONE_WRITE.dst_pages
+            if not bool((view[o, p] == want).all())]
+
+
+def done_round_byte(r: int) -> int:
+    return r % 200 + 1
+
+
+DONE_WRITE = PageWrite("kv", [7, 6], [0, 1])  # per layer, with the round's byte everywhere
+
+
 def child_main() -> int:
     """Destination side: serve the blob, verify each round, reply, exit on ``quit``."""
     dst = make_buffers(DST_PAGES, source=False)
@@ -120,10 +135,21 @@ def child_main() -> int:
         peer = ep.connect(channel.wait_for_peer(TIMEOUT_S))
         channel.close()
         deadline = time.monotonic() + CHILD_LIFETIME_S
+        layer_notes: dict[str, int] = {}
         while time.monotonic() < deadline:
             for n in ep.notifications():
                 if n.tag == b"quit":
                     return 0
+                tag = n.tag.decode()
+                if tag.startswith("L:"):  # a layer WRITE's notification: only counted
+                    layer_notes[tag.split(":")[2]] = layer_notes.get(tag.split(":")[2], 0) + 1
+                    continue
+                if tag.startswith("D:"):  # the sender's done: every layer's bytes must be here
+                    r = tag[2:]
+                    ep.send_notif(peer, json.dumps({"tag": tag, "bad": done_round_bad(r, dst),
+                                                    "notes_before": layer_notes.get(r, 0)})
+                                  .encode())
+                    continue
                 reply = {"tag": n.tag.decode(), "peer": n.peer}
                 if n.tag != b"ping":
                     reply["bad"] = verify_round(n.tag.decode(), dst)
@@ -331,3 +357,28 @@ def test_ucx_listens_on_loopback_only() -> None:
     out = [ln.split()[1] for ln in out if ln.startswith("LISTEN ")]  # NIXL logs to stdout too
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 (hex, LE)
     assert out and set(out) <= loopback, out
+
+
+@pytest.mark.slow
+def test_done_after_completed_writes_means_the_bytes_landed(session: Session) -> None:
+    """The prefill's protocol: one WRITE per layer (each with its notification), wait for every
+    handle, then a separate ``done`` notification. At the moment the receiver sees ``done``,
+    every layer's bytes are in its pages, even when ``done`` overtook layer notifications (NIXL
+    orders neither). So a layer notification arriving after the decode freed a room's pages on
+    ``done`` is a late notification, not a late write (issue 14: the fixed variant's
+    ``late_writes`` under kills)."""
+    src = session.ep._tensors["kv"]  # the registered source tensor, rewritten each round
+    rounds, overtaken = 150, 0
+    for r in range(rounds):
+        as_bytes(src).view(2, SRC_PAGES, -1)[:, DONE_WRITE.src_pages] = done_round_byte(r)
+        handles = [session.ep.write_pages(session.peer, [dataclasses.replace(
+            DONE_WRITE, layer=layer)], notif=f"L:{layer}:{r}".encode()) for layer in range(2)]
+        assert all(session.ep.wait(h, TIMEOUT_S) is TransferStatus.DONE for h in handles)
+        for h in handles:
+            session.ep.release(h)
+        session.ep.send_notif(session.peer, f"D:{r}".encode())
+        reply = wait_reply(session, f"D:{r}")
+        assert reply["bad"] == [], (r, reply)
+        overtaken += reply["notes_before"] < 2
+    print(f"done overtook a layer notification in {overtaken}/{rounds} rounds; "
+          f"bytes complete at done in {rounds}/{rounds}")

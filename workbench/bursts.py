@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 
 class StopOn(enum.Enum):
     """Which count of a burst ends a reproduction. ``ANOMALIES``: flagged responses, requests
-    that failed without being killed, or anything left after the pair drained."""
+    that failed without being killed, writes into pages no live room owned, or anything left
+    after the pair drained."""
 
     FLAGGED = "flagged"
     LEAKED = "leaked"
@@ -68,7 +69,8 @@ class Burst:
 
     @property
     def anomalies(self) -> int:
-        return self.flagged + self.errors + (self.leftover > 0) + self.buffer_flags
+        return (self.flagged + self.errors + (self.leftover > 0) + self.buffer_flags
+                + (self.late_writes > 0))
 
 
 BURST_COLUMNS = {f.name: (pl.Float64 if f.type == "float" else pl.Int64)
@@ -182,4 +184,5 @@ class Reproduction:
     @property
     def anomalies(self) -> int:
         b = self.bursts
-        return int(b["flagged"].sum() + b["errors"].sum() + (b["leftover"] > 0).sum())
+        return int(b["flagged"].sum() + b["errors"].sum() + (b["leftover"] > 0).sum()
+                   + b["buffer_flags"].sum() + (b["late_writes"] > 0).sum())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +34,7 @@ from engine.disagg.state import RoomState, TransferStateTable
 from engine.transfer.endpoint import TransferEndpoint
 
 log = logging.getLogger(__name__)
+SETTLED_MEMORY = 4096  # rooms whose done/failed arrived, remembered for late notifications
 CLIENT_ABORT, WAITING_TIMEOUT = "client abort", "waiting timeout"  # room failure reasons
 
 
@@ -77,6 +78,8 @@ class DecodeEngine(Engine):
         self.waiting_timeout_s = waiting_timeout_s
         self.quarantine_s = quarantine_s
         self.late_writes = 0  # notifications of writes into pages no live room owns
+        self.late_notifications = 0  # of settled rooms: the bytes landed before their done
+        self.settled: OrderedDict[int, None] = OrderedDict()
         self.quarantined_writes = 0
         self.idle_wait_s = 0.005
 
@@ -124,8 +127,11 @@ class DecodeEngine(Engine):
             elif t.room in self.quarantine:
                 if t.kind in (TagKind.DONE, TagKind.FAILED):
                     self._free_quarantined(t.room)
+                    self._settle(t.room)
                 else:
                     self.quarantined_writes += 1  # landed in quarantined pages: harmless
+            elif t.kind in (TagKind.LAYER, TagKind.AUX) and t.room in self.settled:
+                self.late_notifications += 1  # its bytes landed before the prefill's done
             elif t.kind in (TagKind.LAYER, TagKind.AUX):
                 self.late_writes += 1
                 log.warning("late write for room %d (%s): no live owner", t.room, t.label)
@@ -192,6 +198,8 @@ class DecodeEngine(Engine):
         else:
             del self.transfer[room.room]
         settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
+        if settled:
+            self._settle(room.room)
         if self.cfg.has("late_write_after_abort") or settled:  # the prefill writes no more
             self.allocator.free(seq.pages)
             if not room.orphaned:
@@ -206,6 +214,13 @@ class DecodeEngine(Engine):
             kind = FailureKind.TIMEOUT if reason == WAITING_TIMEOUT else FailureKind.PEER
             seq.failure = Failure(kind, f"KV transfer of room {room.room} failed: {reason}")
         self._emit_end(seq)
+
+    def _settle(self, room_id: int) -> None:
+        """Remembers (bounded) a room whose prefill reported done/failed: it posts DONE/FAILED
+        only after every WRITE completed, so later notifications of it carry no new bytes."""
+        self.settled[room_id] = None
+        while len(self.settled) > SETTLED_MEMORY:
+            self.settled.popitem(last=False)
 
     def _free_quarantined(self, room_id: int) -> None:
         q = self.quarantine.pop(room_id)
@@ -269,4 +284,5 @@ class DecodeEngine(Engine):
                             self.scheduler.running],
                 "quarantine": [{"room": r, "pages": len(q.pages)}
                                for r, q in self.quarantine.items()],
-                "late_writes": self.late_writes, "quarantined_writes": self.quarantined_writes}
+                "late_writes": self.late_writes, "quarantined_writes": self.quarantined_writes,
+                "late_notifications": self.late_notifications}
