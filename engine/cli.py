@@ -43,7 +43,9 @@ def serve(argv: list[str]) -> None:
                     help="decode: the only prefill bootstrap addresses requests may name "
                          "(http://HOST:PORT); default any loopback address")
     ap.add_argument("--max-transfer-queue", type=int, default=32)
-    ap.add_argument("--waiting-timeout-s", type=float, default=30.0)
+    ap.add_argument("--waiting-timeout-s", type=float, default=30.0,
+                    help="decode: fail a room whose KV has not all arrived this long after it "
+                    "entered the transfer queue")
     args = ap.parse_args(argv)
     cfg = EngineConfig.from_dict(parse_overrides(args.set))
     if args.overlap_schedule:

@@ -44,6 +44,7 @@ class DecodeRoom:
     seq: Sequence
     prefill_url: str
     created: float = field(default_factory=time.monotonic)
+    transfer_since: float | None = None  # when it entered the transfer queue (pages reserved)
     arrived: set[Tag] = field(default_factory=set)
     aux_slot: int | None = None
     orphaned: bool = False
@@ -112,6 +113,7 @@ class DecodeEngine(Engine):
             room.aux_slot = self.free_aux.popleft()
             self.aux[room.aux_slot] = 0
             self.transfer[room.room] = room
+            room.transfer_since = time.monotonic()
             self.states.update(room.room, RoomState.WAITING_FOR_INPUT)
             n = pages_for(len(room.seq.prompt), self.cfg.page_size)
             msg = Prealloc(room.room, self.endpoint.name, room.seq.pages[:n], room.aux_slot)
@@ -148,7 +150,8 @@ class DecodeEngine(Engine):
         if died is not None and room.created < died:  # later rooms: the bootstrap thread fails
             self.states.fail(room.room, "prefill unreachable")  # them if still unreachable
             return
-        if time.monotonic() - room.created > self.waiting_timeout_s:
+        since = room.transfer_since if room.transfer_since is not None else room.created
+        if time.monotonic() - since > self.waiting_timeout_s:  # the decode's own queue excluded
             self.states.fail(room.room, WAITING_TIMEOUT)
             room.seq.failure = Failure(FailureKind.TIMEOUT, f"KV of room {room.room} did not "
                                        f"arrive within {self.waiting_timeout_s:g} s")
