@@ -20,6 +20,7 @@ from bench import (
     dump_overhead,
     nixl_bandwidth,
     repro_time,
+    soak,
     vllm_pd,
     zoo,
 )
@@ -53,6 +54,8 @@ BENCHMARKS = (
     Benchmark("dump", "dump overhead",
               lambda quick: dump_overhead.measure(rounds=4 if quick else 10),
               dump_overhead.report),
+    Benchmark("soak", "a fixed PD pair under many sessions with kills",
+              lambda quick: soak.measure(sessions=64 if quick else 256), soak.report),
     Benchmark("zoo", "every zoo bug investigated blind",
               lambda quick: zoo.measure(bisect=not quick), zoo.report),
     Benchmark("vllm", "real vLLM PD pair vs our embedded pair",

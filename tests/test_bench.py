@@ -70,3 +70,14 @@ def test_info_bound_is_log2_n_for_a_deterministic_bug_and_grows_as_the_rate_fall
 
     assert math.isclose(info_bound(1.0, 64, error=0.0), 6.0, rel_tol=1e-6)
     assert info_bound(0.01, 64) > info_bound(0.05, 64) > info_bound(0.20, 64) > 0
+
+
+def test_soak_row_counts_served_correct_over_requests_not_killed():
+    from bench.soak import SoakResult
+
+    res = SoakResult(256, 2, 1000, 250, 740, 0, {"502: KV transfer failed": 10}, {}, {"d": 3},
+                     {"decode0": (900.0, 1000.0, 1010.0), "prefill0": (800.0, 850.0, 849.0)},
+                     600.0)
+    row = res.table_row()
+    assert res.not_killed == 750 and row.ratio == 740 / 750
+    assert "10 errors" in row.measured and "growth after round 1 10 MiB" in row.measured
