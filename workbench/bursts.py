@@ -100,6 +100,18 @@ def judge_rooms(requests: pl.DataFrame, n: int) -> list[int]:
     return order.sort(["_chars", "room"], descending=True)["room"].head(n).to_list()
 
 
+def _errors(df: pl.DataFrame, expect_timeouts: bool) -> int:
+    """Requests that failed without being killed; with ``expect_timeouts`` the decode's KV
+    timeouts (504) and unreachable-prefill failures (502) the shape provokes are not counted."""
+    if not len(df):
+        return 0
+    failed = (df["error"] != "") & ~df["killed"]
+    if expect_timeouts:
+        timeout = (df["status"] == 504) | df["error"].str.contains("prefill unreachable")
+        failed = failed & ~timeout
+    return int(failed.sum())
+
+
 def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
               duration_s: float, max_tokens: int | None = None, judge: int = 0,
               reference=None) -> BurstRun:
@@ -115,7 +127,7 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
     drain = settle(pair)
     ev = collect(pair).since(before)
     df, s = res.requests, res.summary
-    errors = int(((df["error"] != "") & ~df["killed"]).sum()) if len(df) else 0
+    errors = _errors(df, shape.expect_aborts)
     flagged = s.flagged - (s.aborted if shape.expect_aborts else 0)
     row = Burst(seed, s.completed, flagged, s.leaked, s.ref_mismatch, s.dropped, s.aborted,
                 errors, **ev.row(), leftover=drain.leftover)
