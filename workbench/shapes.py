@@ -58,8 +58,8 @@ for _s in (
           {**HICACHE, **CAPTURE}, RACE_FAULTS),
     Shape("kills", "40% of requests killed within 1 s while transfers are held 100 ms per "
           "layer, so some kills land mid-transfer (8 transfer slots on the decode)",
-          {**HICACHE, **CAPTURE}, {"seed": 13, "transfer_fixed_ms": 100.0}, SMALL_QUEUE, sessions=8, max_tokens=64,
-          kill_fraction=0.4, kill_window_s=1.0),
+          {**HICACHE, **CAPTURE}, {"seed": 13, "transfer_fixed_ms": 100.0}, SMALL_QUEUE,
+          sessions=8, max_tokens=64, kill_fraction=0.4, kill_window_s=1.0),
     Shape("peer_pause", "the prefill's senders pause 2 s every 4th room and the decode times "
           "waiting rooms out after 1.2 s (timeouts are expected; what they leave is not)",
           {**HICACHE, **CAPTURE}, {"seed": 17, "peer_pause_every": 4, "peer_pause_ms": 2000.0},
