@@ -78,6 +78,7 @@ class SimRun:
     seed: int
     strategy: str
     workload: Workload
+    stop_at_flag: bool
     result: LoadResult
     trace: tuple[Decision, ...]
     tokens: tuple[tuple[int, ...], ...]  # every response's token ids, in request order
@@ -111,8 +112,10 @@ def _oracle(cfg: EngineConfig) -> ReferenceOracle:
 class _Simulation:
     """The threads of one run: the engine loop, one client per session, and ``main``."""
 
-    def __init__(self, cfg: EngineConfig, workload: Workload, sim: SimRuntime) -> None:
-        self.cfg, self.w, self.sim = cfg, workload, sim
+    def __init__(self, cfg: EngineConfig, workload: Workload, sim: SimRuntime,
+                 stop_at_flag: bool) -> None:
+        self.cfg, self.w, self.sim, self.stop_at_flag = cfg, workload, sim, stop_at_flag
+        self.stopped = False
         self.oracle = _oracle(cfg)
         self.parser = get_parser("strict")
         self.records: list[tuple[int, RequestRecord]] = []
@@ -148,11 +151,15 @@ class _Simulation:
             tools = [t.to_openai() for t in tr.tools]
             messages = tr.messages()[:1]
             for turn, rnd in enumerate(tr.rounds[: self.w.turns]):
+                if self.stopped:
+                    return
                 messages.append({"role": "user", "content": rnd.ask})
                 rec = self._request(i, turn, "call", messages, tools, rnd.call)
                 if len(rec.tool_calls) != 1:
                     return
                 messages += call_turn(turn, rec.tool_calls[0], rnd.result)
+                if self.stopped:
+                    return
                 rec = self._request(i, turn, "answer", messages, tools, None)
                 messages.append({"role": "assistant", "content": rec.content})
         finally:
@@ -174,6 +181,7 @@ class _Simulation:
         rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
                             rec.token_ids, ref, finish_reason=rec.finish_reason)
         self.records.append((len(self.records), rec))
+        self.stopped |= self.stop_at_flag and rec.verdict.flagged
         return rec
 
     def _record(self, i, turn, kind, messages, tools, seq: Sequence) -> RequestRecord:
@@ -192,20 +200,21 @@ class _Simulation:
 
 
 def run(patches: Iterable[str] = (), seed: int = 0, workload: Workload = Workload(),
-        strategy: str = "random") -> SimRun:
+        strategy: str = "random", stop_at_flag: bool = False) -> SimRun:
     """One schedule of ``workload`` on the code with ``patches``, chosen by ``seed`` and
-    ``strategy`` (``"random"`` walk or ``"pct"``); the same arguments give the same run."""
+    ``strategy`` (``"random"`` walk or ``"pct"``); the same arguments give the same run. With
+    ``stop_at_flag`` no session starts a request after the first flagged response."""
     patches = tuple(sorted(patches))
     cfg = workload.config(patches)
     sim = SimRuntime(seed, strategy)
-    state = _Simulation(cfg, workload, sim)
+    state = _Simulation(cfg, workload, sim, stop_at_flag)
     t0 = time.perf_counter()
     sim.run(state.main)
     wall = time.perf_counter() - t0
     records = [r for _, r in sorted(state.records, key=lambda x: x[0])]
     tokens = tuple(tuple(r.token_ids or ()) for r in
                    sorted(records, key=lambda r: (r.session, r.turn, r.kind)))
-    return SimRun(patches, seed, strategy, workload, load_result(records, wall),
+    return SimRun(patches, seed, strategy, workload, stop_at_flag, load_result(records, wall),
                   tuple(sim.trace), tokens, round(wall, 3), round(state.forward_s, 3))
 
 
@@ -227,12 +236,13 @@ class Exploration:
 def explore(patches: Iterable[str] = (), seeds: Iterable[int] = range(100),
             workload: Workload = Workload(), strategy: str = "random",
             stop_on_failure: bool = True, progress: bool = True) -> Exploration:
-    """Runs one schedule per seed until one fails (``stop_on_failure``) or the seeds run out."""
+    """Runs one schedule per seed until one fails (``stop_on_failure``: each schedule also stops
+    starting requests at its first flag) or the seeds run out."""
     seeds = list(seeds)
     bar = Progress(len(seeds), f"sim {strategy}", enabled=progress)
     runs = []
     for seed in seeds:
-        runs.append(run(patches, seed, workload, strategy))
+        runs.append(run(patches, seed, workload, strategy, stop_at_flag=stop_on_failure))
         bar.update(len(runs), sum(bool(r.flagged) for r in runs))
         if stop_on_failure and runs[-1].flagged:
             break
@@ -243,7 +253,8 @@ def explore(patches: Iterable[str] = (), seeds: Iterable[int] = range(100),
 def replay(original: SimRun) -> SimRun:
     """Runs ``original``'s schedule again; raises ``ReplayDiverged`` unless every decision and
     every token is identical."""
-    again = run(original.patches, original.seed, original.workload, original.strategy)
+    again = run(original.patches, original.seed, original.workload, original.strategy,
+                original.stop_at_flag)
     if again.fingerprint != original.fingerprint:
         raise ReplayDiverged(f"seed {original.seed}: {original.fingerprint} then "
                              f"{again.fingerprint}")
