@@ -3,8 +3,9 @@
 Run ``python -m bench.sim [--fixed 200] [--replays 100] [--real-runs 2] [--quick]``. In one run:
 the fixed code explored over ``--fixed`` schedules (failures must be 0); the race
 (``hicache_index_k_no_wait`` + ``bf16_index_k``) explored seed by seed with 2 sessions x 2 turns
-until a schedule fails (wall time to that first failure, the fixed prompts' references warm); that failing seed replayed ``--replays`` times
-(each must give identical tokens and decisions); the simulator's overhead on a warm schedule of
+until a schedule fails (wall time to that first failure, the fixed prompts' references warm);
+that failing seed replayed ``--replays`` times (each must give identical tokens and decisions);
+the simulator's overhead on a warm schedule of
 6 sessions x 2 turns (wall time over the time inside engine steps); and real mode's time to the
 first flag on a launched PD pair (``bench.repro_time``, median of ``--real-runs``). The ratio is
 sim's time to first failure over real mode's median (target <= 0.1).
