@@ -81,3 +81,11 @@ def test_soak_row_counts_served_correct_over_requests_not_killed():
     row = res.table_row()
     assert res.not_killed == 750 and row.ratio == 740 / 750
     assert "10 errors" in row.measured and "growth after round 1 10 MiB" in row.measured
+
+
+def test_sim_row_is_sim_over_real_time_to_first_failure():
+    from bench.sim import SimBench
+
+    b = SimBench(200, 0, 3, 4.0, 100, 100, 2.2, 2.0, 40.0, 2)
+    assert b.speedup == 0.1 and abs(b.overhead - 1.1) < 1e-9
+    assert "identical 100/100" in b.table_row().measured

@@ -25,11 +25,12 @@ SMALL = {
     "05_investigation_template.py": {"patches": ["chunk_prev_token_dropped"],
                                      "shapes": ["baseline"]},
     "06_vllm_pd_kill_storm.py": {"sessions": 8, "storm": 16},
+    "07_simulate_then_confirm.py": {"seeds": 10, "fixed_seeds": 3, "sessions": 4, "replays": 2},
 }
 FINDINGS = {  # findings each notebook records (all must hold)
     "01_reproduce_corruption.py": 4, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
     "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
-    "06_vllm_pd_kill_storm.py": 4,
+    "06_vllm_pd_kill_storm.py": 4, "07_simulate_then_confirm.py": 2,
 }
 RENDERED = {  # text each executed report must contain
     "01_reproduce_corruption.py": "flagged (95% CI upper bound",
@@ -38,6 +39,7 @@ RENDERED = {  # text each executed report must contain
     "04_wedge_vs_corruption.py": "orphan cleanup",
     "05_investigation_template.py": "diagnosis: prefill",
     "06_vllm_pd_kill_storm.py": "solo reference:",
+    "07_simulate_then_confirm.py": "confirmed:",
 }
 
 

@@ -159,11 +159,17 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     t0 = time.monotonic()
     records, files = run_sync(_run(target, cfg, ref, bar, out))
     bar.close()
+    return load_result(records, time.monotonic() - t0, tuple(files), cfg)
+
+
+def load_result(records: list[RequestRecord], wall_s: float, captures: tuple[Path, ...] = (),
+                cfg: LoadConfig | None = None) -> LoadResult:
+    """The ``LoadResult`` of judged records (a real load's or a simulated one's)."""
     df = pl.DataFrame([r.row() for r in records], schema_overrides=SCHEMA,
                       infer_schema_length=None)
     if len(df):
         df = df.sort(["session", "turn", "kind"])
-    return LoadResult(df, summarize(df, time.monotonic() - t0), tuple(files), cfg)
+    return LoadResult(df, summarize(df, wall_s), captures, cfg)
 
 
 def _needs_logprobs(target) -> bool:

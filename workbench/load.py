@@ -157,13 +157,26 @@ def chat_body(cfg: LoadConfig, messages: list[dict], tools: list[dict], seed: in
     return body
 
 
+def call_turn(turn: int, call: dict, result: str) -> list[dict]:
+    """The messages a session appends after turn ``turn``'s call: the assistant's call
+    (``{"name", "arguments"}`` as received) and the tool's result."""
+    return [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{turn}", "type": "function", "function": call}]},
+        {"role": "tool", "tool_call_id": f"call_{turn}", "content": result}]
+
+
+def session_transcript(load_seed: int, session: int) -> Transcript:
+    """The transcript session ``session`` of a load seeded ``load_seed`` plays."""
+    return make_transcript(SESSION_SEED_BASE + load_seed * 10_007 + session)
+
+
 class SessionRunner:
     """Plays one transcript: per round, the tool-call request then the final-answer request."""
 
     def __init__(self, cfg: LoadConfig, url: str, session: int, oracle: ReferenceOracle | None,
                  deadline: float, sink) -> None:
         self.cfg, self.url, self.session, self.oracle = cfg, url, session, oracle
-        self.tr: Transcript = make_transcript(SESSION_SEED_BASE + cfg.seed * 10_007 + session)
+        self.tr: Transcript = session_transcript(cfg.seed, session)
         self.rng = random.Random(f"{cfg.seed}:{session}")
         self.deadline, self.sink = deadline, sink
         self.tools = [t.to_openai() for t in self.tr.tools]
@@ -177,10 +190,7 @@ class SessionRunner:
             rec = await self.request(client, messages, turn, "call", rnd.call)
             if rec.killed or rec.status != 200 or len(rec.tool_calls) != 1:
                 return
-            call = rec.tool_calls[0]
-            messages += [{"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{turn}", "type": "function", "function": call}]},
-                {"role": "tool", "tool_call_id": f"call_{turn}", "content": rnd.result}]
+            messages += call_turn(turn, rec.tool_calls[0], rnd.result)
             rec = await self.request(client, messages, turn, "answer", None)
             if rec.killed or rec.status != 200:
                 return

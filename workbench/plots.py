@@ -137,3 +137,18 @@ def plot_metrics(series: pl.DataFrame, names: tuple[str, ...]):
     axes[-1, 0].set_xlabel("seconds")
     fig.tight_layout()
     return fig
+
+
+def plot_trace(run, max_steps: int = 400):
+    """The first ``max_steps`` decisions of a simulated schedule (``workbench.sim.SimRun``):
+    which thread ran at each step, over virtual time."""
+    trace = run.trace[:max_steps]
+    names = sorted({d.thread for d in trace}, key=lambda n: (n != "engine", n))
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(names) + 1.5))
+    ax.scatter([d.now * 1e3 for d in trace], [names.index(d.thread) for d in trace], s=6)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("virtual time (ms)")
+    ax.set_title(f"seed {run.seed} ({run.strategy}): first {len(trace)} of {len(run.trace)} "
+                 "decisions")
+    fig.tight_layout()
+    return fig

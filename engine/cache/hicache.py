@@ -28,6 +28,7 @@ import torch
 from engine.cache.kv_pool import KVPool, OutOfPagesError, PageAllocator
 from engine.cache.radix_cache import PrefixMatch, RadixCache, _Node
 from engine.faults import FaultInjector
+from engine.runtime import THREADS, Runtime
 
 log = logging.getLogger(__name__)
 _job_ids = itertools.count(1)
@@ -58,6 +59,7 @@ class LoadJob:
     stale_kv_sends: list[int] = field(default_factory=list)
     rids: set[str] = field(default_factory=set)
     cond: threading.Condition = field(default_factory=threading.Condition)
+    runtime: Runtime = THREADS
 
     @property
     def done(self) -> bool:
@@ -69,13 +71,14 @@ class LoadJob:
     def wait(self, layer: int, timeout: float = 30.0) -> None:
         """Blocks until layer ``layer`` of every page has landed."""
         with self.cond:
-            if not self.cond.wait_for(lambda: self.done_layers > layer, timeout=timeout):
+            if not self.runtime.wait_for(self.cond, lambda: self.done_layers > layer, timeout):
                 raise TimeoutError(f"load job {self.job_id} layer {layer} not done in {timeout}s")
 
     def wait_index_k(self, layer: int, timeout: float = 30.0) -> None:
         """Blocks until layer ``layer``'s index-K of every page has landed (not its K/V)."""
         with self.cond:
-            if not self.cond.wait_for(lambda: self.index_k_layers > layer, timeout=timeout):
+            if not self.runtime.wait_for(self.cond, lambda: self.index_k_layers > layer,
+                                         timeout):
                 raise TimeoutError(f"load job {self.job_id} index-K {layer} not in {timeout}s")
 
     def note_send(self, layer: int) -> None:
@@ -111,7 +114,7 @@ class LoadJob:
     def wait_done(self, timeout: float = 30.0) -> bool:
         """Blocks until every layer's K/V and index-K landed; False on timeout."""
         with self.cond:
-            return self.cond.wait_for(lambda: self.done, timeout=timeout)
+            return self.runtime.wait_for(self.cond, lambda: self.done, timeout)
 
 
 class HostPool:
@@ -129,13 +132,13 @@ class Loader:
     """One background thread that runs load jobs in FIFO order with injected copy delays."""
 
     def __init__(self, pool: KVPool, host: HostPool, faults: FaultInjector,
-                 ungated_index_k: bool = False) -> None:
+                 ungated_index_k: bool = False, runtime: Runtime = THREADS) -> None:
         self.pool, self.host, self.faults = pool, host, faults
         self.ungated_index_k = ungated_index_k
+        self.runtime = runtime
         self.jobs: queue.Queue[LoadJob] = queue.Queue()
         self.history: deque[LoadJob] = deque(maxlen=1024)
-        self.thread = threading.Thread(target=self._loop, name="hicache-loader", daemon=True)
-        self.thread.start()
+        runtime.start_thread(self._loop, "hicache-loader")
 
     def submit(self, job: LoadJob) -> LoadJob:
         self.history.append(job)
@@ -147,10 +150,11 @@ class Loader:
         src = torch.tensor(job.host_pages)
         dst = torch.tensor(job.device_pages, device=dev[names[0]].device)
         nbytes = sum(dev[n][layer, 0].numel() * dev[n].element_size() for n in names)
-        self.faults.sleep(self.faults.hicache_delay((job.job_id, layer, names[0]),
-                                                    nbytes * len(job.host_pages)))
+        self.runtime.sleep(self.faults.hicache_delay((job.job_id, layer, names[0]),
+                                                     nbytes * len(job.host_pages)))
         for n in names:
             dev[n][layer, dst] = self.host.buffers[n][layer, src].to(dev[n].device)
+        self.runtime.point(f"loader.copy {names[0]} L{layer} job{job.job_id}")
 
     def _load_layer(self, job: LoadJob, layer: int) -> None:
         index_k = ("index_k", "index_k_scale")
@@ -167,7 +171,7 @@ class Loader:
 
     def _loop(self) -> None:
         while True:
-            job = self.jobs.get()
+            job = self.runtime.get(self.jobs)
             t0 = time.perf_counter()
             for layer in range(job.num_layers):
                 self._load_layer(job, layer)
@@ -180,14 +184,16 @@ class HiRadixCache(RadixCache):
 
     def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
                  faults: FaultInjector, ungated_index_k: bool = False,
-                 backup_index_k: bool = True) -> None:
+                 backup_index_k: bool = True, runtime: Runtime = THREADS) -> None:
         super().__init__(allocator, pool.page_size)
         self.backup_names = tuple(n for n in pool.buffers()
                                   if backup_index_k or not n.startswith("index_k"))
         self.pool = pool
         self.host = HostPool(pool, host_pages)
-        self.loader = Loader(pool, self.host, faults, ungated_index_k)
+        self.runtime = runtime
+        self.loader = Loader(pool, self.host, faults, ungated_index_k, runtime)
         self.num_layers = pool.k.shape[0]
+        self._job_ids = itertools.count(1)  # per cache: a replay numbers its jobs alike
         self.loads = 0
 
     def match(self, tokens: list[int], max_tokens: int | None = None) -> PrefixMatch:
@@ -216,7 +222,8 @@ class HiRadixCache(RadixCache):
         return PrefixMatch(pages, len(pages) * self.page_size, jobs)
 
     def _load(self, nodes: list[_Node], fresh: list[int]) -> LoadJob:
-        job = LoadJob([n.host_page for n in nodes], fresh, self.num_layers)
+        job = LoadJob([n.host_page for n in nodes], fresh, self.num_layers,
+                      job_id=next(self._job_ids), runtime=self.runtime)
         for n, page in zip(nodes, fresh, strict=True):
             n.page, n.job = page, job
         self.alloc.share(fresh)  # the tree's own reference; the caller keeps the alloc one

@@ -39,6 +39,7 @@ from engine.core.sequence import (
 )
 from engine.faults import FaultInjector
 from engine.model.model import TinyDeepSeek, load_model
+from engine.runtime import THREADS, Runtime
 from engine.text.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -59,10 +60,12 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, cfg: EngineConfig, model: TinyDeepSeek | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, model: TinyDeepSeek | None = None,
+                 runtime: Runtime = THREADS) -> None:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
+        self.runtime = runtime  # threads and time of the HiCache loader (engine.sim drives it)
         self.tokenizer = Tokenizer()
         self.model = (model or load_model(Path(cfg.model_dir) / "model.safetensors")).to(cfg.device)
         self.pool = KVPool.create(self.model.cfg, cfg)
@@ -85,7 +88,8 @@ class Engine:
         if self.cfg.hicache:
             return HiRadixCache(self.allocator, self.pool, self.cfg.hicache_host_pages,
                                 self.faults, self.cfg.has("hicache_index_k_no_wait"),
-                                backup_index_k=not self.cfg.has("index_k_not_backed_up"))
+                                backup_index_k=not self.cfg.has("index_k_not_backed_up"),
+                                runtime=self.runtime)
         return RadixCache(self.allocator, self.cfg.page_size)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:

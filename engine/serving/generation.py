@@ -69,6 +69,16 @@ def plan_prompt(tokenizer: T.Tokenizer, messages: list[dict], tools: list[ToolSp
     return PromptPlan(tokenizer.encode(text), prefix, visible, tool_choice != "none")
 
 
+def token_text(tk: T.Tokenizer, token: int, output: OutputOptions = OutputOptions()) -> str:
+    """A generated token's text as a client sees it (EOS and control tokens dropped unless
+    ``output`` keeps them)."""
+    if token == tk.eos_id and not output.no_stop_trim:
+        return ""
+    if token in tk.control_ids and output.skip_special_tokens:
+        return ""
+    return tk.token_text(token)
+
+
 class Generation:
     def __init__(self, engine: Engine, plan: PromptPlan, params: SamplingParams,
                  rid: str | None = None, output: OutputOptions = OutputOptions()) -> None:
@@ -121,12 +131,7 @@ class Generation:
                 self.finish_reason = FinishReason.ABORT
 
     def text_of(self, token: int) -> str:
-        tk = self.engine.tokenizer
-        if token == tk.eos_id and not self.output.no_stop_trim:
-            return ""
-        if token in tk.control_ids and self.output.skip_special_tokens:
-            return ""
-        return tk.token_text(token)
+        return token_text(self.engine.tokenizer, token, self.output)
 
     def _append_text(self, token: int) -> bool:
         """Adds ``token``'s text; True when that completed the first stop-string match."""

@@ -1,0 +1,249 @@
+"""A deterministic scheduler for the engine's own threads: one runs at a time, time is virtual.
+
+Every thread the simulated system starts is a real thread, but it only runs while it holds the
+baton. At each seam (``point``, ``sleep``, ``wait_for``, ``get``) the running thread hands the
+baton to the thread the strategy picks among the eligible ones (runnable, woken by virtual time,
+or whose wait predicate now holds); when none is eligible, virtual time jumps to the earliest
+sleeper. Given the same seed, strategy and code, the sequence of decisions is the same, and so is
+everything the threads compute: a failing seed fails forever. ``trace`` records every decision.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from engine.runtime import Runtime
+
+T = TypeVar("T")
+
+
+class SimDeadlock(RuntimeError):
+    """No thread can ever run again while the main thread has not finished."""
+
+
+class SimExit(BaseException):
+    """Unwinds a parked thread when its simulation is closed (never caught by engine code)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The ``step``-th scheduling decision: ``thread`` runs next, at virtual time ``now``;
+    ``label`` is the seam the previous thread yielded at."""
+
+    step: int
+    thread: str
+    label: str
+    now: float
+
+
+@dataclass(eq=False)
+class _Thread:
+    name: str
+    order: int
+    go: threading.Event = field(default_factory=threading.Event)
+    wake_at: float | None = None
+    pred: Callable[[], bool] | None = None
+    done: bool = False
+
+
+class Strategy:
+    """Picks the next thread among the eligible ones (sorted by creation order)."""
+
+    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+        raise NotImplementedError
+
+
+class RandomWalk(Strategy):
+    """Uniform choice at every decision."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(f"walk:{seed}")
+
+    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+        return eligible[self.rng.randrange(len(eligible))]
+
+
+class PCT(Strategy):
+    """Probabilistic concurrency testing (Burckhardt et al.): random distinct thread priorities,
+    the highest eligible runs; at ``depth - 1`` random steps in ``[0, horizon)`` the chosen
+    thread drops below every other. Finds a bug of depth ``d`` with probability >= 1/(n k^(d-1))
+    per schedule."""
+
+    def __init__(self, seed: int, depth: int = 3, horizon: int = 4000) -> None:
+        self.rng = random.Random(f"pct:{seed}")
+        self.changes = set(self.rng.sample(range(horizon), depth - 1))
+        self.prio: dict[str, float] = {}
+        self.low = 0.0
+
+    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+        for t in eligible:
+            self.prio.setdefault(t.name, 1.0 + self.rng.random())
+        best = max(eligible, key=lambda t: self.prio[t.name])
+        if step in self.changes and len(eligible) > 1:
+            self.low -= 1.0
+            self.prio[best.name] = self.low
+            best = max(eligible, key=lambda t: self.prio[t.name])
+        return best
+
+
+STRATEGIES: dict[str, Callable[[int], Strategy]] = {"random": RandomWalk, "pct": PCT}
+
+
+class SimRuntime(Runtime):
+    """The deterministic ``Runtime``; ``run(main)`` simulates until ``main`` returns."""
+
+    def __init__(self, seed: int, strategy: str = "random", max_steps: int = 1_000_000) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; valid: {sorted(STRATEGIES)}")
+        self.strategy = STRATEGIES[strategy](seed)
+        self.max_steps = max_steps
+        self.now = 0.0
+        self.trace: list[Decision] = []
+        self._threads: list[_Thread] = []
+        self._by_ident: dict[int, _Thread] = {}
+        self._finished = threading.Event()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._main: _Thread | None = None
+
+    # ---- driving ----
+    def run(self, main: Callable[[], None], wall_timeout_s: float = 600.0) -> None:
+        """Runs ``main`` (and every thread it starts) to completion; re-raises what ``main``
+        raised, ``SimDeadlock`` when nothing can run, ``TimeoutError`` past the wall clock."""
+        self._main = self._spawn(main, "main")
+        self._main.go.set()
+        try:
+            if not self._finished.wait(wall_timeout_s):
+                raise TimeoutError(f"simulation still running after {wall_timeout_s}s")
+            if self._error is not None:
+                raise self._error
+        finally:
+            self._close()
+
+    def _spawn(self, target: Callable[[], None], name: str) -> _Thread:
+        taken = {t.name for t in self._threads}
+        unique = name if name not in taken else f"{name}#{len(self._threads)}"
+        t = _Thread(unique, len(self._threads))
+        self._threads.append(t)
+
+        def body() -> None:
+            self._by_ident[threading.get_ident()] = t
+            t.go.wait()
+            t.go.clear()
+            try:
+                if not self._closed:
+                    target()
+            except SimExit:
+                return
+            except BaseException as exc:  # noqa: BLE001 - reported by run(), not lost
+                self._error = self._error or exc
+            t.done = True
+            if t is self._main or self._error is not None:
+                self._finished.set()
+                return
+            try:
+                self._switch(t, f"{t.name} exits", wait=False)
+            except SimExit:
+                return
+
+        threading.Thread(target=body, name=f"sim-{unique}", daemon=True).start()
+        return t
+
+    def _close(self) -> None:
+        self._closed = True
+        for t in self._threads:
+            t.go.set()
+
+    # ---- the baton ----
+    def _me(self) -> _Thread | None:
+        return self._by_ident.get(threading.get_ident())
+
+    def _eligible(self) -> list[_Thread]:
+        out = []
+        for t in self._threads:
+            if t.done:
+                continue
+            timed_out = t.wake_at is not None and t.wake_at <= self.now
+            if (t.pred is None and (t.wake_at is None or timed_out)) or \
+                    (t.pred is not None and (timed_out or t.pred())):
+                out.append(t)
+        return out
+
+    def _pick(self) -> _Thread:
+        eligible = self._eligible()
+        if not eligible:
+            sleepers = [t.wake_at for t in self._threads if not t.done and t.wake_at is not None]
+            if not sleepers:
+                raise SimDeadlock(f"no thread can run at t={self.now:.6f}s: "
+                                  f"{[t.name for t in self._threads if not t.done]}")
+            self.now = min(sleepers)
+            eligible = self._eligible()
+        return self.strategy.choose(eligible, len(self.trace))
+
+    def _switch(self, me: _Thread, label: str, wait: bool = True) -> None:
+        if len(self.trace) >= self.max_steps:
+            self._error = self._error or RuntimeError(f"more than {self.max_steps} decisions")
+            self._finished.set()
+            raise SimExit
+        try:
+            nxt = self._pick()
+        except SimDeadlock as exc:
+            self._error = self._error or exc
+            self._finished.set()
+            raise SimExit from None
+        self.trace.append(Decision(len(self.trace), nxt.name, label, self.now))
+        if nxt is me:
+            return
+        nxt.go.set()
+        if not wait:
+            return
+        me.go.wait()
+        me.go.clear()
+        if self._closed:
+            raise SimExit
+
+    # ---- Runtime seams ----
+    def start_thread(self, target: Callable[[], None], name: str) -> None:
+        self._spawn(target, name)
+
+    def point(self, label: str) -> None:
+        me = self._me()
+        if me is not None:
+            self._switch(me, label)
+
+    def sleep(self, seconds: float) -> None:
+        me = self._me()
+        if me is None:
+            return
+        me.wake_at = self.now + max(0.0, seconds)
+        try:
+            self._switch(me, f"sleep {seconds:.6f}")
+        finally:
+            me.wake_at = None
+
+    def wait_for(self, cond: threading.Condition | None, predicate: Callable[[], bool],
+                 timeout: float) -> bool:
+        me = self._me()
+        if me is None or predicate():
+            return predicate()
+        if cond is not None:
+            cond.release()
+        me.pred = predicate
+        me.wake_at = self.now + timeout if math.isfinite(timeout) else None
+        try:
+            self._switch(me, "wait")
+        finally:
+            me.pred, me.wake_at = None, None
+            if cond is not None:
+                cond.acquire()
+        return predicate()
+
+    def get(self, q: queue.Queue[T]) -> T:
+        self.wait_for(None, lambda: not q.empty(), math.inf)
+        return q.get_nowait()
