@@ -28,7 +28,7 @@ import httpx
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import Response
 
-from engine.router.health import HealthTable, NoHealthyServer, probe_forever
+from engine.router.health import HealthTable, NoHealthyServer, probe_forever, recheck
 from engine.router.proxy import (
     CLIENT_CLOSED,
     ClientGone,
@@ -86,15 +86,23 @@ class Router:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.client.aclose()
 
+    async def _assign_rechecked(self) -> RoomAssignment:
+        """``assign``; when a pool has no healthy server, its servers are probed once first."""
+        try:
+            return self.assign()
+        except NoHealthyServer:
+            await recheck(self.client, self.upstreams, (*self.cfg.prefill, *self.cfg.decode))
+            return self.assign()
+
     def assign(self) -> RoomAssignment:
         """Draws the room and picks healthy servers (no await in between: replayable by seed);
         raises ``NoHealthyServer`` when a pool has none."""
-        room = self._room_rng.getrandbits(63)
         pools = {role: self.upstreams.healthy(pool) for role, pool in
                  (("prefill", self.cfg.prefill), ("decode", self.cfg.decode))}
         for role, pool in pools.items():
             if not pool:
                 raise NoHealthyServer(role)
+        room = self._room_rng.getrandbits(63)
         a = RoomAssignment(room=room, prefill=self._prefill_policy.pick(pools["prefill"]),
                            decode=self._decode_policy.pick(pools["decode"]), started=time.time())
         self.rooms.add(a)
@@ -197,7 +205,7 @@ class Router:
             self.metrics.inc("requests_total", status="400")
             return exc.response()
         try:
-            a = self.assign()
+            a = await self._assign_rechecked()
         except NoHealthyServer as exc:
             self.metrics.inc("requests_total", status="503")
             return error(503, f"{exc} (probed every {self.cfg.health_interval_s:g}s): "

@@ -67,20 +67,27 @@ class HealthTable:
         return [asdict(s) for s in self._state.values()]
 
 
+async def probe(client: httpx.AsyncClient, table: HealthTable, url: str) -> None:
+    """One probe of ``url``'s ``/health`` (timeout ``PROBE_TIMEOUT_S``), recorded in ``table``."""
+    try:
+        resp = await client.get(url + "/health", timeout=PROBE_TIMEOUT_S)
+        table.probed(url, resp.status_code == 200, f"/health answered {resp.status_code}")
+    except httpx.ConnectError as exc:
+        table.probed(url, False, f"{type(exc).__name__}", refused=True)
+    except httpx.HTTPError as exc:
+        table.probed(url, False, f"{type(exc).__name__}")
+
+
+async def recheck(client: httpx.AsyncClient, table: HealthTable, servers: Sequence[str]) -> None:
+    """Probes the unhealthy ``servers`` once now (a restarted server is used at once instead of
+    after the next periodic probe)."""
+    down = [u for u in servers if u not in table.healthy(servers)]
+    await asyncio.gather(*(probe(client, table, u) for u in down))
+
+
 async def probe_forever(client: httpx.AsyncClient, table: HealthTable, servers: Sequence[str],
                         interval_s: float) -> None:
-    """Probes every server's ``/health`` each ``interval_s`` seconds (timeout
-    ``PROBE_TIMEOUT_S``) until cancelled."""
-
-    async def one(url: str) -> None:
-        try:
-            resp = await client.get(url + "/health", timeout=PROBE_TIMEOUT_S)
-            table.probed(url, resp.status_code == 200, f"/health answered {resp.status_code}")
-        except httpx.ConnectError as exc:
-            table.probed(url, False, f"{type(exc).__name__}", refused=True)
-        except httpx.HTTPError as exc:
-            table.probed(url, False, f"{type(exc).__name__}")
-
+    """Probes every server's ``/health`` each ``interval_s`` seconds until cancelled."""
     while True:
-        await asyncio.gather(*(one(u) for u in servers))
+        await asyncio.gather(*(probe(client, table, u) for u in servers))
         await asyncio.sleep(interval_s)
