@@ -38,7 +38,7 @@ def rss_mib(pid: int) -> float:
 
 
 def _rss(pair: PDPair) -> dict[str, float]:
-    return {s.name: rss_mib(s.proc.pid) for s in pair.servers if s.proc is not None}
+    return {s.name: rss_mib(s.proc.pid) for s in pair.servers() if s.proc is not None}
 
 
 @dataclass(frozen=True)
