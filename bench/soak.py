@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import tempfile
 import time
 from collections import Counter
@@ -72,8 +73,8 @@ class SoakResult:
 
 def _errors(df) -> Counter:
     bad = df.filter((df["error"] != "") & ~df["killed"])
-    return Counter(f"{s}: {e[:80]}" for s, e in zip(bad["status"].to_list(),
-                                                    bad["error"].to_list(), strict=True))
+    return Counter(f"{s}: {re.sub(r'[0-9]{4,}', 'N', e)[:80]}" for s, e in
+                   zip(bad["status"].to_list(), bad["error"].to_list(), strict=True))
 
 
 def measure(sessions: int = 256, rounds: int = 2, kill_fraction: float = 0.25, seed: int = 0,

@@ -46,6 +46,9 @@ def serve(argv: list[str]) -> None:
     ap.add_argument("--waiting-timeout-s", type=float, default=30.0,
                     help="decode: fail a room whose KV has not all arrived this long after it "
                     "entered the transfer queue")
+    ap.add_argument("--bootstrap-timeout-s", type=float, default=300.0,
+                    help="prefill: fail a room the decode has not preallocated this long after "
+                    "it arrived (the decode may be holding it back under load)")
     args = ap.parse_args(argv)
     cfg = EngineConfig.from_dict(parse_overrides(args.set))
     if args.overlap_schedule:
@@ -73,7 +76,7 @@ def build(args, cfg: EngineConfig):
         from engine.disagg.prefill import PrefillEngine
         from engine.disagg.server import PrefillServer
 
-        engine = PrefillEngine(cfg, name)
+        engine = PrefillEngine(cfg, name, bootstrap_timeout_s=args.bootstrap_timeout_s)
         return engine, PrefillServer(engine, args.debug_token, args.port, secret=secret,
                                      **debug).app
     if args.role == "decode":

@@ -44,7 +44,7 @@ class PrefillEngine(Engine):
     """An engine whose finished prefills hand their pages to the KV sender instead of freeing."""
 
     def __init__(self, cfg, name: str, sender_workers: int = 2,
-                 bootstrap_timeout_s: float = 30.0) -> None:
+                 bootstrap_timeout_s: float = 300.0) -> None:
         super().__init__(cfg)
         # A prefill request ends at its first token (max_tokens=1). With overlap scheduling that
         # token is processed a step late; like SGLang's PD prefill loop, never decode meanwhile.
