@@ -36,6 +36,7 @@ from engine.transfer.endpoint import TransferEndpoint
 log = logging.getLogger(__name__)
 SETTLED_MEMORY = 4096  # rooms whose done/failed arrived, remembered for late notifications
 CLIENT_ABORT, WAITING_TIMEOUT = "client abort", "waiting timeout"  # room failure reasons
+UNREACHABLE = "prefill unreachable"
 
 
 @dataclass(eq=False)
@@ -148,7 +149,7 @@ class DecodeEngine(Engine):
             return
         died = self.bootstrap.dead_since(room.prefill_url)
         if died is not None and room.created < died:  # later rooms: the bootstrap thread fails
-            self.states.fail(room.room, "prefill unreachable")  # them if still unreachable
+            self.states.fail(room.room, UNREACHABLE)  # them if still unreachable
             return
         since = room.transfer_since if room.transfer_since is not None else room.created
         if time.monotonic() - since > self.waiting_timeout_s:  # the decode's own queue excluded
@@ -203,6 +204,8 @@ class DecodeEngine(Engine):
         settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
         if settled:
             self._settle(room.room)
+        elif self.states.reason(room.room) not in (CLIENT_ABORT, WAITING_TIMEOUT, UNREACHABLE):
+            self.bootstrap.send_abort(room.prefill_url, room.room)  # the prefill frees it now
         if self.cfg.has("late_write_after_abort") or settled:  # the prefill writes no more
             self.allocator.free(seq.pages)
             if not room.orphaned:

@@ -162,6 +162,7 @@ class PrefillEngine(Engine):
         self.scheduler.finish(seq, reason, release=False)
         self.stats.finished[reason.value] += 1
         if self.states.update(room.room, RoomState.TRANSFERRING) is RoomState.FAILED:
+            self._forget(room)
             self._notify_failed(room.prealloc)
             self._release(room, RoomState.FAILED)
             return
@@ -175,6 +176,13 @@ class PrefillEngine(Engine):
             self.rooms.pop(room.room, None)
         self._notify_failed(room.prealloc)
         room.on_done(RoomState.FAILED)
+
+    def _forget(self, room: PrefillRoom) -> None:
+        """Drops a room that writes no more from the live set, before the decode hears it is
+        done/failed: the decode may reuse its pages at once, and a prealloc naming them must not
+        be refused as another live room's (the soak's 409s)."""
+        with self._lock:
+            self.rooms.pop(room.room, None)
 
     def _release(self, room: PrefillRoom, final: RoomState) -> None:
         def free() -> None:
@@ -235,6 +243,7 @@ class PrefillEngine(Engine):
         if final is RoomState.SUCCESS and self.on_transfer is not None:
             self.on_transfer(time.monotonic() - t0, layer_bytes * self.model.cfg.n_layers)
         kind = TagKind.DONE if final is RoomState.SUCCESS else TagKind.FAILED
+        self._forget(room)
         self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
         return final
