@@ -27,6 +27,7 @@ class FaultConfig:
     peer_pause_every: int = 0
     peer_pause_ms: float = 0.0
     aux_delay_ms: float = 0.0  # the aux row's WRITE is posted this long after the last layer's
+    done_delay_ms: float = 0.0  # the done/failed notification is posted this long after the writes
     fail_steps: tuple[int, ...] = ()  # engine steps (1-based, counted by the engine) that raise
 
     def __post_init__(self) -> None:
@@ -78,6 +79,13 @@ class FaultInjector:
         writes nor their notifications); ``transfer_jitter`` applies."""
         c = self.cfg
         return self._delay("aux", key, 0, 0.0, c.transfer_jitter, c.aux_delay_ms)
+
+    def done_delay(self, key: object) -> float:
+        """Seconds between a room's completed writes and its done/failed notification (a
+        control message may reach the decode well after the data, as SGLang's ZMQ status does);
+        ``transfer_jitter`` applies."""
+        c = self.cfg
+        return self._delay("done", key, 0, 0.0, c.transfer_jitter, c.done_delay_ms)
 
     def hicache_delay(self, key: object, nbytes: int) -> float:
         """Seconds a host->device load-back copy of ``nbytes`` takes (key: job, layer, buffer)."""

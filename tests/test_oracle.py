@@ -96,3 +96,17 @@ def test_an_abort_is_reported_as_an_abort_not_a_mismatch():
     v = judge("", [], False, ToolCall("f", {}), [5, 6], [5, 7, 8], finish_reason="abort")
     assert v.aborted and v.flagged
     assert v.ref_match is None and v.well_formed is None and not v.dropped
+
+
+def test_a_call_cut_by_max_tokens_is_judged_by_its_tokens_not_as_a_leak():
+    from engine.text import tokenizer as T
+    from engine.text.chat import ToolCall
+
+    cut = f"Let me look.{T.FC_OPEN}\n{T.INVOKE_OPEN}"
+    v = judge(cut, [], True, ToolCall("f", {}), [5, 6], [5, 6], finish_reason="length")
+    assert not v.leaked and not v.dropped and v.well_formed is None and not v.flagged
+    assert judge(cut, [], True, None, [5, 6], [5, 7], finish_reason="length").flagged  # tokens
+    closed = f"{T.FC_OPEN}x{T.FC_CLOSE} then{T.FC_OPEN[:6]}"
+    assert judge(closed, [], None, None, None, None, finish_reason="length").leaked
+    assert not judge("ok " + T.FC_OPEN[:6], [], None, None, None, None, "", "length").leaked
+    assert judge(cut, [], True, None, None, None, finish_reason="stop").leaked

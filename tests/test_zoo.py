@@ -120,13 +120,14 @@ def test_localization_orders_divergences_causally():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bug", ["sender_stale_prefix_pages", "late_notification_recreates_room"])
-def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug):
+@pytest.mark.parametrize(("bug", "shape"), [("sender_stale_prefix_pages", "baseline"),
+                                            ("late_notification_recreates_room", "slow_transfer")])
+def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
     from bench.zoo import TRUTH
     from workbench.investigation import investigate
 
-    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=["baseline"])
-    assert inv.found and inv.sweep.fired == "baseline", inv.summary()
+    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape])
+    assert inv.found and inv.sweep.fired == shape, inv.summary()
     assert inv.diagnosis.stage in TRUTH[bug], inv.diagnosis
 
 

@@ -24,7 +24,7 @@ from engine.disagg.control import SECRET_ENV
 from workbench import vllm
 from workbench.backends import BACKENDS
 from workbench.pair import LaunchSpec, PDPair
-from workbench.process import ServerProcess
+from workbench.process import LaunchError, ServerProcess
 from workbench.routers import ROUTERS, RouterArgs
 
 __all__ = ["EMBEDDED", "LaunchSpec", "PDPair", "TemplateBackend", "attach", "launch_pd_pair"]
@@ -32,6 +32,8 @@ __all__ = ["EMBEDDED", "LaunchSpec", "PDPair", "TemplateBackend", "attach", "lau
 log = logging.getLogger(__name__)
 
 PY = shlex.quote(sys.executable)
+LAUNCH_ATTEMPTS = 3  # a port handed out can be taken (e.g. as a socket's source port) before
+PORT_TAKEN = "address already in use"  # its server binds it: the launch is retried on new ports
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,23 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}), num_prefill,
                       num_decode, seed, decode_args=tuple(decode_args), router=router)
     kind = ROUTERS.get(router)
+    attempt = 1
+    while True:
+        try:
+            return _launch_embedded(spec, backend, kind, log_dir, timeout_s or 180.0, source)
+        except LaunchError as e:
+            if PORT_TAKEN not in str(e) or attempt == LAUNCH_ATTEMPTS:
+                raise
+            log.warning("launch attempt %d: a port was taken before its server bound it; "
+                        "retrying on fresh ports", attempt)
+            attempt += 1
+
+
+def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: Path,
+                     timeout_s: float, source: str | Path | None) -> PDPair:
+    num_prefill, num_decode, seed = spec.num_prefill, spec.num_decode, spec.seed
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
-    timeout_s = timeout_s or 180.0
     env = {SECRET_ENV: secrets.token_hex(24)}  # this deployment's control-plane secret
     cwd = Path(source).resolve() if source else None
     if cwd is not None:
@@ -104,7 +120,7 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
                          cwd) for i in range(num_prefill)]
         started += prefill
         allow = " ".join(["--prefill-allow", *(s.url for s in prefill)])
-        dfill = {**fill, "engine_args": " ".join([fill["engine_args"], *decode_args, allow])}
+        dfill = {**fill, "engine_args": " ".join([fill["engine_args"], *spec.decode_args, allow])}
         decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env, cwd)
                   for i in range(num_decode)]
         started += decode
@@ -119,7 +135,7 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
     except BaseException:
         _stop(started)
         raise
-    log.info("PD pair up: %s router %s, logs in %s", router, front.url, log_dir)
+    log.info("PD pair up: %s router %s, logs in %s", spec.router, front.url, log_dir)
     return PDPair(spec, prefill, decode, front, log_dir)
 
 

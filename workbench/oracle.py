@@ -20,8 +20,10 @@ from engine.config import EngineConfig
 from engine.model.model import load_model
 from engine.model.reference import Reference
 from engine.serving.generation import plan_prompt
+from engine.text import tokenizer as T
 from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import LEAK_MARKERS
+from engine.text.dsml_grammar import partial_suffix
 from engine.text.tokenizer import Tokenizer
 
 
@@ -83,20 +85,34 @@ class ReferenceOracle:
             return self._cache[key]
 
 
+def without_unclosed_block(text: str) -> str:
+    """``text`` without the call block it ends in: up to its last block opener when that block
+    has no closer, or without a trailing partial opener."""
+    start = text.rfind(T.FC_OPEN)
+    if start >= 0 and text.find(T.FC_CLOSE, start) < 0:
+        return text[:start]
+    return text[:len(text) - partial_suffix(text, T.FC_OPEN)]
+
+
 def judge(content: str | None, calls: list[dict], leaked_flag: bool | None,
           expected: ToolCall | None, token_ids: list[int] | None,
           reference: list[int] | None, oracle_error: str = "",
           finish_reason: str | None = None) -> Verdict:
     """Judges one completed response; an aborted one is reported as aborted, its partial tokens
-    never compared (a cut-off answer is not a corrupted one)."""
+    never compared (a cut-off answer is not a corrupted one). A response cut by ``max_tokens``
+    (finish_reason ``length``) is judged by its tokens: the call block it was still writing is
+    content under every parser, so only markup before that unclosed block counts as leaked."""
     text = content or ""
     aborted = finish_reason == "abort"
+    truncated = finish_reason == "length"
     if aborted:
         reference = None
+    if truncated:
+        text, leaked_flag = without_unclosed_block(text), None
     leaked = bool(leaked_flag) or any(m in text for m in LEAK_MARKERS)
     well = tool_ok = args_ok = None
-    dropped = expected is not None and not calls and not leaked and not aborted
-    if expected is not None and not aborted:
+    dropped = expected is not None and not calls and not leaked and not aborted and not truncated
+    if expected is not None and not aborted and not truncated:
         well = len(calls) == 1 and not leaked
         tool_ok = well and calls[0]["name"] == expected.name
         args_ok = tool_ok and _args(calls[0]["arguments"]) == expected.arguments

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 log = logging.getLogger(__name__)
+KILL_WAIT_S = 60.0  # how long stop() waits for a SIGKILLed process group to exit
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -118,7 +119,12 @@ class ServerProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            self.proc.wait(timeout=timeout)
+            try:  # a killed process that still unmaps a large heap can take a while to exit
+                self.proc.wait(timeout=max(timeout, KILL_WAIT_S))
+            except subprocess.TimeoutExpired:
+                log.error("%s (pid %d) still running %g s after SIGKILL", self.name,
+                          self.proc.pid, max(timeout, KILL_WAIT_S))
+                return
         log.info("stopped %s", self.name)
 
 

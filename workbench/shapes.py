@@ -48,10 +48,12 @@ for _s in (
           "prefix back), prefix cache, prompts crossing chunk boundaries, 6 sessions x 2 turns, "
           "no faults; the decode has 8 transfer slots, so slots are reused within a burst",
           {**HICACHE, **CAPTURE}, decode_args=SMALL_QUEUE, max_tokens=64),
-    Shape("slow_transfer", "NIXL writes held 30 ms per layer (+-50%) and the aux row posted "
-          "20 ms after the last layer, so notifications and data interleave",
+    Shape("slow_transfer", "NIXL writes held 30 ms per layer (+-50%), the aux row posted 20 ms "
+          "after the last layer and the done 50 ms after the writes completed, so notifications "
+          "and data interleave",
           {**HICACHE, **CAPTURE},
-          {"seed": 11, "transfer_fixed_ms": 30.0, "transfer_jitter": 0.5, "aux_delay_ms": 20.0},
+          {"seed": 11, "transfer_fixed_ms": 30.0, "transfer_jitter": 0.5, "aux_delay_ms": 20.0,
+           "done_delay_ms": 50.0},
           max_tokens=64),
     Shape("hicache_race", "HiCache load-back copies slowed in proportion to their bytes "
           "(2 us/byte, +-30%), so layer loads overlap the forwards that read them",

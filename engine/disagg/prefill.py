@@ -244,6 +244,7 @@ class PrefillEngine(Engine):
             self.on_transfer(time.monotonic() - t0, layer_bytes * self.model.cfg.n_layers)
         kind = TagKind.DONE if final is RoomState.SUCCESS else TagKind.FAILED
         self._forget(room)
+        self.faults.sleep(self.faults.done_delay(room.room))
         self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
         return final
