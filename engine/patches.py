@@ -14,13 +14,15 @@ from engine.registry import Registry
 @dataclass(frozen=True)
 class Patch:
     """A patch variant. ``modifier`` ones are not bugs on their own (they change timing or
-    scheduling); ``mirrors`` names the public bug class the variant reproduces."""
+    scheduling); ``mirrors`` names the public bug class the variant reproduces; ``rare`` ones
+    fail only under an interleaving real load almost never produces (simulation's job)."""
 
     name: str
     description: str
     bug_class: str
     mirrors: str = ""
     modifier: bool = False
+    rare: bool = False  # its failure needs an interleaving real mode almost never produces
 
 
 PATCHES: Registry[Patch] = Registry("patch variant")
@@ -102,11 +104,23 @@ for _p in (
           "freeing its pages or aux slot.",
           "resource leak on a timeout path -> pages and aux slots drain away, the queue wedges",
           "a transfer timeout that leaks the room"),
+    Patch("hicache_v_after_counter",
+          "HiCache layer-wise load-back advances a layer's done counter after copying K but "
+          "before copying V: a forward woken by the counter reads that layer's V from the "
+          "page's previous contents, if it gets there before the (small, undelayed) V copy.",
+          "readiness published between the halves of a two-part write: a window of one small "
+          "copy, so the failure needs a rare interleaving",
+          "a ready flag or event recorded before the last buffer of a group was written",
+          rare=True),
 ):
     PATCHES.register(_p.name, _p)
 
-ZOO: tuple[str, ...] = tuple(n for n in PATCHES.names() if not PATCHES.get(n).modifier)
-"""The bug variants (every patch that is a bug on its own), in registry order."""
+ZOO: tuple[str, ...] = tuple(n for n in PATCHES.names()
+                             if not PATCHES.get(n).modifier and not PATCHES.get(n).rare)
+"""The bug variants real mode investigates blind (every patch that is a bug on its own and not
+``rare``), in registry order."""
+RARE: tuple[str, ...] = tuple(n for n in PATCHES.names() if PATCHES.get(n).rare)
+"""Bug variants whose failure needs a rare interleaving: found by simulation (``bench.sim``)."""
 
 
 @dataclass(frozen=True)

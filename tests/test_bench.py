@@ -89,3 +89,13 @@ def test_sim_row_is_sim_over_real_time_to_first_failure():
     b = SimBench(200, 0, 3, 4.0, 100, 100, 2.2, 2.0, 40.0, 2)
     assert b.speedup == 0.1 and abs(b.overhead - 1.1) < 1e-9
     assert "identical 100/100" in b.table_row().measured
+
+
+def test_sim_rare_row_is_the_worst_pct_count_over_a_thousand():
+    from bench.sim_rare import RareRow, SimRare
+
+    rows = (RareRow("a", 7, 3.0, 2, 1.0, 50, 0), RareRow("b", 40, 9.0, None, 90.0, 50, 1))
+    row = SimRare(rows).table_row()
+    assert row.ratio == 40 / 1000 and "real 0/50" in row.measured and "walk None" in row.measured
+    assert rows[0].real_hi < 0.08 and SimRare((RareRow("c", None, 1, None, 1, 0, 0),)
+                                              ).table_row().ratio is None

@@ -67,3 +67,53 @@ def test_the_race_fails_in_sim_and_its_seed_replays_bit_for_bit():
     assert again.tokens == found.tokens and again.trace == found.trace
     assert set(SCHEMA) <= set(found.result.requests.columns)  # a real load's LoadResult
     assert found.forward_s <= found.wall_s
+
+
+@pytest.mark.slow
+def test_shrink_finds_a_smaller_failing_run_that_replays():
+    found = sim.explore(RACE, seeds=range(8), workload=sim.Workload(sessions=3),
+                        progress=False).first_failure
+    assert found is not None
+    small = sim.shrink(found, tries=3, max_schedules=30)
+    a, b = found.workload, small.smallest.workload
+    assert small.smallest.flagged
+    assert (b.sessions, b.turns, b.max_tokens) <= (a.sessions, a.turns, a.max_tokens)
+    assert b.sessions * b.turns * b.max_tokens < a.sessions * a.turns * a.max_tokens
+    assert len(small.smallest.trace) < len(found.trace), small.describe()
+    assert len(small.history) == len(small.steps) <= 30 and small.history["failed"].any()
+    sim.replay(small.smallest)
+    with pytest.raises(ValueError, match="failing"):
+        sim.shrink(sim.run((), 0, sim.Workload(sessions=1, turns=1, max_tokens=4)))
+
+
+@pytest.mark.slow
+def test_simulated_trials_bisect_and_ddmin_name_the_race(tmp_path):
+    from workbench.ddmin import ddmin
+    from workbench.series import DEFAULT_SERIES, bisect_patch_series
+
+    w = sim.Workload(sessions=2)
+    res = bisect_patch_series(DEFAULT_SERIES, store=tmp_path / "b.sqlite", confidence=0.9,
+                              max_trials=30, sim=w)
+    assert res.culprit == "+bf16_index_k+hicache_index_k_no_wait" and res.converged, res.history
+    again = bisect_patch_series(DEFAULT_SERIES, confidence=0.9, max_trials=30, sim=w)
+    assert again.history.equals(res.history)  # a simulated bisection replays from its seed
+    got = ddmin(["bf16_index_k", "index_k_not_backed_up"], sim.trial(w), repeats=4, budget=40)
+    assert got.minimal == ("index_k_not_backed_up",) and got.complete
+    with pytest.raises(ValueError, match="late_write_after_abort.*simulated patch variants"):
+        sim.run(("late_write_after_abort",), 0, w)
+
+
+@pytest.mark.slow
+def test_pct_finds_the_rare_interleaving_and_the_fixed_loader_never_fails():
+    from engine.patches import RARE, ZOO
+
+    assert RARE == ("hicache_v_after_counter",) and not set(RARE) & set(ZOO)
+    w = sim.Workload(sessions=2)
+    found = sim.explore(RARE, seeds=range(40), workload=w, strategy="pct",
+                        progress=False).first_failure
+    assert found is not None and found.result.summary.ref_mismatch > 0
+    assert any(d.label.startswith("loader.published") for d in found.trace)
+    sim.replay(found)
+    fixed = sim.explore((), seeds=range(found.seed + 1), workload=w, strategy="pct",
+                        stop_on_failure=False, progress=False)
+    assert not fixed.failures

@@ -2,7 +2,8 @@
 
 A trial launches (or reuses) a PD pair for the candidate, runs a short seeded concurrency burst
 and fails when any response differs from the single-request reference (corruption). One pair is
-kept warm at a time, so consecutive trials of a candidate cost only the burst.
+kept warm at a time, so consecutive trials of a candidate cost only the burst. A simulated trial
+(``sim=``) runs one deterministic schedule of the candidate instead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 from workbench.bisect import BisectResult, bisect
 from workbench.concurrency import inject_concurrency
 from workbench.launch import PDPair, launch_pd_pair
+from workbench.sim import Workload
+from workbench.sim import trial as sim_trial
 from workbench.trials import TrialStore
 
 log = logging.getLogger(__name__)
@@ -106,18 +109,29 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
                         sessions: int = 4, confidence: float = 0.9, seed: int = 0,
                         max_trials: int = 60, log_dir: str | Path | None = None,
                         experiment: str = "patch-series",
-                        prior_fail_rate: tuple[float, float] = BURST_PRIOR) -> BisectResult:
+                        prior_fail_rate: tuple[float, float] = BURST_PRIOR,
+                        sim: Workload | None = None) -> BisectResult:
     """Bayesian bisection of the cumulative patch series; resumable through ``store``.
 
     A trial is a burst of many requests, so a bad candidate fails a sizeable fraction of
     trials: the default prior on that rate is flat (``BURST_PRIOR``), not the rare-failure
     prior ``bisect`` defaults to, which would spend several more passes per good candidate.
+    With ``sim`` (a ``workbench.sim.Workload``) a trial is one simulated schedule instead of a
+    burst on a PD pair: deterministic, so the whole bisection replays from ``seed``.
     """
     ps = PatchSeries(tuple(series))
     pool = PairPool(log_dir=Path(log_dir) if log_dir else None, series=ps)
     db = TrialStore(store) if store else None
+    if sim is None:
+        trial = corruption_trial(pool, sessions)
+    else:
+        simulated = sim_trial(sim)
+
+        def trial(candidate: str, seed: int) -> bool:
+            return simulated(ps.patches_of(candidate), seed)
+        experiment = f"{experiment}:sim:{sim}"  # never mixed with real trials in one store
     try:
-        return bisect(ps.labels(), corruption_trial(pool, sessions),
+        return bisect(ps.labels(), trial,
                       confidence=confidence, max_trials=max_trials, seed=seed, store=db,
                       experiment=experiment, prior_fail_rate=prior_fail_rate)
     finally:

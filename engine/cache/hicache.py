@@ -132,9 +132,11 @@ class Loader:
     """One background thread that runs load jobs in FIFO order with injected copy delays."""
 
     def __init__(self, pool: KVPool, host: HostPool, faults: FaultInjector,
-                 ungated_index_k: bool = False, runtime: Runtime = THREADS) -> None:
+                 ungated_index_k: bool = False, runtime: Runtime = THREADS,
+                 v_after_counter: bool = False) -> None:
         self.pool, self.host, self.faults = pool, host, faults
         self.ungated_index_k = ungated_index_k
+        self.v_after_counter = v_after_counter
         self.runtime = runtime
         self.jobs: queue.Queue[LoadJob] = queue.Queue()
         self.history: deque[LoadJob] = deque(maxlen=1024)
@@ -145,13 +147,15 @@ class Loader:
         self.jobs.put(job)
         return job
 
-    def _copy(self, job: LoadJob, layer: int, names: tuple[str, ...]) -> None:
+    def _copy(self, job: LoadJob, layer: int, names: tuple[str, ...],
+              delayed: bool = True) -> None:
         dev = self.pool.buffers()
         src = torch.tensor(job.host_pages)
         dst = torch.tensor(job.device_pages, device=dev[names[0]].device)
         nbytes = sum(dev[n][layer, 0].numel() * dev[n].element_size() for n in names)
-        self.runtime.sleep(self.faults.hicache_delay((job.job_id, layer, names[0]),
-                                                     nbytes * len(job.host_pages)))
+        if delayed:
+            self.runtime.sleep(self.faults.hicache_delay((job.job_id, layer, names[0]),
+                                                         nbytes * len(job.host_pages)))
         for n in names:
             dev[n][layer, dst] = self.host.buffers[n][layer, src].to(dev[n].device)
         self.runtime.point(f"loader.copy {names[0]} L{layer} job{job.job_id}")
@@ -163,6 +167,13 @@ class Loader:
             job._advance()
             self._copy(job, layer, index_k)
             job._index_k_landed()
+        elif self.v_after_counter:  # the counter is published between K and V
+            self._copy(job, layer, index_k)
+            job._index_k_landed()
+            self._copy(job, layer, ("k",))
+            job._advance()
+            self.runtime.point(f"loader.published L{layer} job{job.job_id}")
+            self._copy(job, layer, ("v",), delayed=False)
         else:
             self._copy(job, layer, index_k)
             job._index_k_landed()
@@ -184,14 +195,15 @@ class HiRadixCache(RadixCache):
 
     def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
                  faults: FaultInjector, ungated_index_k: bool = False,
-                 backup_index_k: bool = True, runtime: Runtime = THREADS) -> None:
+                 backup_index_k: bool = True, runtime: Runtime = THREADS,
+                 v_after_counter: bool = False) -> None:
         super().__init__(allocator, pool.page_size)
         self.backup_names = tuple(n for n in pool.buffers()
                                   if backup_index_k or not n.startswith("index_k"))
         self.pool = pool
         self.host = HostPool(pool, host_pages)
         self.runtime = runtime
-        self.loader = Loader(pool, self.host, faults, ungated_index_k, runtime)
+        self.loader = Loader(pool, self.host, faults, ungated_index_k, runtime, v_after_counter)
         self.num_layers = pool.k.shape[0]
         self._job_ids = itertools.count(1)  # per cache: a replay numbers its jobs alike
         self.loads = 0

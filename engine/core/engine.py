@@ -89,7 +89,8 @@ class Engine:
             return HiRadixCache(self.allocator, self.pool, self.cfg.hicache_host_pages,
                                 self.faults, self.cfg.has("hicache_index_k_no_wait"),
                                 backup_index_k=not self.cfg.has("index_k_not_backed_up"),
-                                runtime=self.runtime)
+                                runtime=self.runtime,
+                                v_after_counter=self.cfg.has("hicache_v_after_counter"))
         return RadixCache(self.allocator, self.cfg.page_size)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:

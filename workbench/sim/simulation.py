@@ -9,10 +9,12 @@ each layer of each forward (a virtual duration, ``Workload.layer_us``), each HiC
 virtual durations. Responses are parsed by
 the strict parser and judged against ``ReferenceOracle`` exactly like a real load, so the result
 is the same ``LoadResult``. ``explore`` runs many seeds, ``replay`` runs one again and checks
-tokens and decisions are identical.
+tokens and decisions are identical, ``trial`` makes a deterministic bisection/ddmin trial, and
+``workbench.shrink.shrink`` reduces a failing run's workload.
 
-Scope: one engine with its HiCache loader (the index-K and K/V races). The PD transfer layer,
-router and HTTP servers run only in real mode so far.
+Scope: one engine with its HiCache loader (the index-K and K/V races, ``SIMULATED``). The PD
+transfer layer, router, HTTP servers and the overlap forward thread run only in real mode so far;
+``run`` refuses their patch variants.
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ from workbench.progress import Progress
 
 log = logging.getLogger(__name__)
 IDLE_S = 0.001  # virtual seconds an idle engine waits before its next step
+SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
+                       "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up"})
+"""Patch variants whose code runs in one engine with its HiCache loader. The PD transfer-layer
+variants act in roles the simulation does not build yet, and ``overlap_schedule``'s forward
+thread is not driven by the simulator: asking for them raises rather than passing silently."""
+
+
+def check_simulated(patches: Iterable[str]) -> tuple[str, ...]:
+    """``patches`` sorted; ValueError naming any the simulation cannot run."""
+    patches = tuple(sorted(patches))
+    missing = [p for p in patches if p not in SIMULATED]
+    if missing:
+        raise ValueError(f"not simulated (real mode only): {', '.join(missing)}; simulated "
+                         f"patch variants: {', '.join(sorted(SIMULATED))}")
+    return patches
 
 
 @dataclass(frozen=True)
@@ -204,7 +221,7 @@ def run(patches: Iterable[str] = (), seed: int = 0, workload: Workload = Workloa
     """One schedule of ``workload`` on the code with ``patches``, chosen by ``seed`` and
     ``strategy`` (``"random"`` walk or ``"pct"``); the same arguments give the same run. With
     ``stop_at_flag`` no session starts a request after the first flagged response."""
-    patches = tuple(sorted(patches))
+    patches = check_simulated(patches)
     cfg = workload.config(patches)
     sim = SimRuntime(seed, strategy)
     state = _Simulation(cfg, workload, sim, stop_at_flag)
@@ -259,6 +276,18 @@ def replay(original: SimRun) -> SimRun:
         raise ReplayDiverged(f"seed {original.seed}: {original.fingerprint} then "
                              f"{again.fingerprint}")
     return again
+
+
+def trial(workload: Workload = Workload(), strategy: str = "random"):
+    """``trial(patches, seed) -> failed``: one simulated schedule of ``workload`` on the code
+    with ``patches`` (stopping at its first flag). The same arguments always give the same
+    answer, so a bisection or ddmin driven by it is reproducible from its seed alone; it fits
+    ``workbench.ddmin.ddmin`` directly and ``bisect_patch_series(sim=...)``."""
+    def simulated(patches: Iterable[str], seed: int) -> bool:
+        got = run(patches, seed, workload, strategy, stop_at_flag=True)
+        log.info("sim trial %s seed %d: %d flagged", sorted(patches), seed, got.flagged)
+        return got.flagged > 0
+    return simulated
 
 
 class ReplayDiverged(AssertionError):

@@ -1,0 +1,116 @@
+"""Shrinking a simulated failure: the smallest workload and schedule that still fail.
+
+``shrink(failing)`` takes a flagged ``workbench.sim.SimRun`` and greedily reduces its workload,
+one dimension at a time (sessions, turns, tokens per response): each smaller workload is tried
+on the original seed and then on ``tries - 1`` further seeds (a smaller workload is a different
+schedule space, so the original seed need not fail there); the first failing one is kept and
+the dimension is reduced again. Every schedule stops at its first flag, so the decisions after
+the failure are cut as well. The result is a failing ``SimRun`` that replays exactly, like any
+other, with the history of every attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+
+import polars as pl
+
+from workbench.sim.simulation import SimRun, Workload, run
+
+log = logging.getLogger(__name__)
+DIMENSIONS = ("sessions", "turns", "max_tokens")  # reduced in this order, each to its floor
+FLOOR = {"sessions": 1, "turns": 1, "max_tokens": 1}
+
+
+@dataclass(frozen=True)
+class ShrinkStep:
+    """One attempt: the workload dimension reduced, its new value, the seed tried, whether that
+    schedule failed, and its decision count."""
+
+    dimension: str
+    value: int
+    seed: int
+    failed: bool
+    decisions: int
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """``smallest`` fails and is no larger than ``original`` in any dimension."""
+
+    original: SimRun
+    smallest: SimRun
+    steps: tuple[ShrinkStep, ...]
+
+    @property
+    def history(self) -> pl.DataFrame:
+        return pl.DataFrame([s.__dict__ for s in self.steps],
+                            schema={"dimension": pl.Utf8, "value": pl.Int64, "seed": pl.Int64,
+                                    "failed": pl.Boolean, "decisions": pl.Int64})
+
+    def describe(self) -> str:
+        a, b = self.original, self.smallest
+        return (f"{a.workload.sessions}x{a.workload.turns}x{a.workload.max_tokens} seed {a.seed} "
+                f"({len(a.trace)} decisions) -> {b.workload.sessions}x{b.workload.turns}x"
+                f"{b.workload.max_tokens} seed {b.seed} ({len(b.trace)} decisions) in "
+                f"{len(self.steps)} schedules")
+
+
+def _smaller(value: int, floor: int, hint: int | None = None) -> list[int]:
+    """Candidate values below ``value``, most aggressive first: the floor, a quarter, the
+    ``hint``, a half, one less."""
+    picks = (floor, value // 4, value // 2, value - 1, *(() if hint is None else (hint,)))
+    return sorted({v for v in picks if floor <= v < value})
+
+
+def _token_hint(failing: SimRun) -> int | None:
+    """Tokens enough for every response up to the flag to come out as it did: a flagged
+    response needs its tokens up to its first divergence, an unflagged one that ended by itself
+    (a tool call the next request builds on) all of its tokens."""
+    needs = []
+    for r in failing.result.requests.iter_rows(named=True):
+        n = len(json.loads(r["token_ids"] or "[]"))
+        if r["flagged"]:
+            needs.append(n if r["v_first_diff"] is None else r["v_first_diff"] + 1)
+        elif r["finish_reason"] != "length":
+            needs.append(n)
+    return max(needs) if needs else None
+
+
+def shrink(failing: SimRun, tries: int = 4, max_schedules: int = 200) -> Shrunk:
+    """Reduces ``failing`` (a flagged run) to a smaller failing run; ``tries`` seeds per
+    candidate workload (the original seed first), at most ``max_schedules`` schedules in all.
+    Raises ValueError when ``failing`` did not fail."""
+    if not failing.flagged:
+        raise ValueError("shrink needs a failing run (one with a flagged response)")
+    best, steps, tried = failing, [], set()
+    for dim in DIMENSIONS:
+        improved = True
+        while improved and len(steps) < max_schedules:
+            improved = False
+            hint = _token_hint(best) if dim == "max_tokens" else None
+            for value in _smaller(getattr(best.workload, dim), FLOOR[dim], hint):
+                got = _first_failing(best, replace(best.workload, **{dim: value}), dim, value,
+                                     tries, max_schedules, steps, tried)
+                if got is not None:
+                    best, improved = got, True
+                    break
+    log.info("shrink: %s", Shrunk(failing, best, tuple(steps)).describe())
+    return Shrunk(failing, best, tuple(steps))
+
+
+def _first_failing(best: SimRun, workload: Workload, dim: str, value: int, tries: int,
+                   max_schedules: int, steps: list[ShrinkStep], tried: set) -> SimRun | None:
+    for k in range(tries):
+        seed = best.seed + k
+        key = (*(getattr(workload, d) for d in DIMENSIONS), seed)
+        if len(steps) >= max_schedules or key in tried:
+            continue
+        tried.add(key)
+        got = run(best.patches, seed, workload, best.strategy, stop_at_flag=True)
+        steps.append(ShrinkStep(dim, value, seed, bool(got.flagged), len(got.trace)))
+        if got.flagged:
+            return got
+    return None
