@@ -15,14 +15,15 @@ from engine.registry import Registry
 class Patch:
     """A patch variant. ``modifier`` ones are not bugs on their own (they change timing or
     scheduling); ``mirrors`` names the public bug class the variant reproduces; ``rare`` ones
-    fail only under an interleaving real load almost never produces (simulation's job)."""
+    need a narrow interleaving inside one engine (simulation's test cases; kept out of the
+    real-mode zoo)."""
 
     name: str
     description: str
     bug_class: str
     mirrors: str = ""
     modifier: bool = False
-    rare: bool = False  # its failure needs an interleaving real mode almost never produces
+    rare: bool = False  # in one engine its failure needs a narrow interleaving
 
 
 PATCHES: Registry[Patch] = Registry("patch variant")
@@ -120,7 +121,8 @@ ZOO: tuple[str, ...] = tuple(n for n in PATCHES.names()
 """The bug variants real mode investigates blind (every patch that is a bug on its own and not
 ``rare``), in registry order."""
 RARE: tuple[str, ...] = tuple(n for n in PATCHES.names() if PATCHES.get(n).rare)
-"""Bug variants whose failure needs a rare interleaving: found by simulation (``bench.sim``)."""
+"""Bug variants whose failure, in one engine, needs a narrow interleaving (``bench.sim_rare``;
+in a PD pair ``hicache_v_after_counter`` is not rare: the sender ships V before it lands)."""
 
 
 @dataclass(frozen=True)
