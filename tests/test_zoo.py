@@ -142,7 +142,11 @@ def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
 @pytest.mark.slow
 def test_bisect_commits_names_the_planted_culprit(tmp_path):
     hist = plant_history(ROOT, "chunk_prev_token_dropped", tmp_path / "h", commits=8, seed=1)
-    shape = Shape("ci", "3 single-turn sessions", dict(SHAPES.get("baseline").engine),
+    # chunks of 64: every prompt crosses a boundary, so each judged room of a bad commit shows
+    # the corruption (with 256, ~1 burst in 5 had a judged prompt long enough; 24 trials did
+    # not converge in CI)
+    shape = Shape("ci", "3 single-turn sessions, 64-token chunks",
+                  {**SHAPES.get("baseline").engine, "chunk_size": 64},
                   sessions=3, turns=1, max_tokens=24)
     res = bisect_commits(hist.path, hist.good, hist.bad, shape=shape, confidence=0.95,
                          store=tmp_path / "b.sqlite", worktrees=tmp_path / "trees",
