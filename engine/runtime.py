@@ -1,9 +1,10 @@
 """The seams where the engine's threads interleave, so a simulator can drive them.
 
-Engine code that starts a thread, sleeps, blocks on a condition or a queue, or reaches a point
-where the real system may switch threads, goes through a ``Runtime``. ``THREADS`` is plain
-threading and wall-clock time (real mode). ``engine.sim.SimRuntime`` implements the same calls
-with exactly one runnable thread at a time and virtual time, so a seed fixes the interleaving.
+Engine code that starts a thread, sleeps, blocks on a condition or a queue, reads the clock of a
+timeout, or reaches a point where the real system may switch threads, goes through a
+``Runtime``. ``THREADS`` is plain threading and wall-clock time (real mode);
+``engine.sim.SimRuntime`` implements the same calls with exactly one runnable thread at a time
+and virtual time, so a seed fixes the interleaving.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class Runtime:
 
     def point(self, label: str) -> None:
         """A place where the real system may switch threads (a no-op in real mode)."""
+
+    def monotonic(self) -> float:
+        """The clock of timeouts and deadlines (``time.monotonic`` in real mode)."""
+        return time.monotonic()
 
 
 THREADS = Runtime()

@@ -61,7 +61,12 @@ class BufferDump:
 
 
 def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read")) -> BufferDump:
-    raw = st_load(blob)
+    return dump_of(st_load(blob), source, what)
+
+
+def dump_of(raw: dict[str, torch.Tensor], source: str,
+            what=("kv", "index_k", "index_k_read")) -> BufferDump:
+    """The ``BufferDump`` of an engine's dump tensors (``Engine.dump``, or a parsed blob)."""
     names = {n for w in what for n in WHAT[w]}
     keep = {k: v for k, v in raw.items() if (key := DumpKey.parse(k)) and key.name in names}
     cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0

@@ -100,7 +100,7 @@ def judge_rooms(requests: pl.DataFrame, n: int) -> list[int]:
     return order.sort(["_chars", "room"], descending=True)["room"].head(n).to_list()
 
 
-def _errors(df: pl.DataFrame, expect_timeouts: bool) -> int:
+def unexpected_errors(df: pl.DataFrame, expect_timeouts: bool) -> int:
     """Requests that failed without being killed; with ``expect_timeouts`` the decode's KV
     timeouts (504) and unreachable-prefill failures (502) the shape provokes are not counted."""
     if not len(df):
@@ -127,7 +127,7 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
     drain = settle(pair)
     ev = collect(pair).since(before)
     df, s = res.requests, res.summary
-    errors = _errors(df, shape.expect_aborts)
+    errors = unexpected_errors(df, shape.expect_aborts)
     flagged = s.flagged - (s.aborted if shape.expect_aborts else 0)
     row = Burst(seed, s.completed, flagged, s.leaked, s.ref_mismatch, s.dropped, s.aborted,
                 errors, **ev.row(), leftover=drain.leftover)

@@ -84,18 +84,26 @@ class Drain:
         return sum(self.left.values())
 
 
+def leftovers_of(role: str, queues: dict, rooms: list[dict]) -> Counter:
+    """What one server holds, from its ``/debug/queues`` view (queues and ``pages``) and its
+    ``/debug/transfers`` rooms: ``"role:what"`` -> count (zeros included). The one definition
+    of a leftover, for real servers and simulated ones (``workbench.sim``)."""
+    left: Counter = Counter()
+    for key in _QUEUE_KEYS:
+        left[f"{role}:{key}"] += len(queues.get(key, ()))
+    pages = queues.get("pages", {})
+    left[f"{role}:pages_in_use"] += pages.get("total", 0) - pages.get("free", 0) \
+        - pages.get("cached", 0)
+    left[f"{role}:stuck_rooms"] += sum(r["state"] not in TERMINAL_STATES for r in rooms)
+    return left
+
+
 def _leftovers(pair: PDPair) -> dict[str, int]:
     left: Counter = Counter()
     for role, servers in (("prefill", pair.prefill), ("decode", pair.decode)):
         for srv in servers:
-            q = pair.debug("/debug/queues", srv)
-            for key in _QUEUE_KEYS:
-                left[f"{role}:{key}"] += len(q.get(key, ()))
-            pages = q.get("pages", {})
-            left[f"{role}:pages_in_use"] += pages.get("total", 0) - pages.get("free", 0) \
-                - pages.get("cached", 0)
-            rooms = pair.debug("/debug/transfers", srv)["rooms"]
-            left[f"{role}:stuck_rooms"] += sum(r["state"] not in TERMINAL_STATES for r in rooms)
+            left.update(leftovers_of(role, pair.debug("/debug/queues", srv),
+                                     pair.debug("/debug/transfers", srv)["rooms"]))
     return {k: v for k, v in left.items() if v}
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import polars as pl
 import torch
 
+from engine.config import EngineConfig
 from engine.core.dump import DumpKey
 from workbench.buffers import (
     BufferDump,
@@ -85,7 +87,20 @@ class Localization:
         return f"room {self.room}: first divergence {self.first.describe()}"
 
 
+@runtime_checkable
+class DumpSource(Protocol):
+    """Holds both sides' buffers of its rooms in process (``workbench.sim``'s PD pair)."""
+
+    def engine_config(self) -> EngineConfig: ...
+
+    def room_dumps(self, room: int) -> tuple[BufferDump, BufferDump]:
+        """(prefill, decode) buffers of ``room``; KeyError when either is gone."""
+        ...
+
+
 def _dumps(source, room: int) -> tuple[BufferDump, BufferDump]:
+    if isinstance(source, DumpSource):
+        return source.room_dumps(room)
     if isinstance(source, PDPair):
         return (dump_buffers(source, room=room, role="prefill"),
                 dump_buffers(source, room=room, role="decode"))
@@ -139,8 +154,8 @@ def _first_token(pre: BufferDump, dec: BufferDump, prompt_len: int) -> list[Dive
 def localize(source, room: int,
              reference: ReferenceBuffers | None = None, rtol: float = 1e-5) -> Localization:
     """Dumps ``room`` on both sides of a live ``PDPair`` (or loads a ``Reproduction``'s captures
-    of it) and orders every divergence causally; ``reference`` reuses a loaded reference model
-    across calls."""
+    of it, or takes a ``DumpSource``'s) and orders every divergence causally; ``reference``
+    reuses a loaded reference model across calls."""
     cfg = _config(source)
     refb = reference or ReferenceBuffers(cfg)
     pre, dec = _dumps(source, room)

@@ -109,6 +109,10 @@ class Engine:
     def abort(self, rid: str) -> None:
         self._post(AbortRequest(rid))
 
+    def pending(self) -> bool:
+        """Whether inbox messages wait for the next step (any thread)."""
+        return not self._inbox.empty()
+
     def call_soon(self, fn) -> None:
         """Runs ``fn()`` on the engine thread before the next step (thread-safe)."""
         self._post(CallSoon(fn))

@@ -9,10 +9,12 @@ timeout), because the prefill may still be writing into them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -31,9 +33,12 @@ from engine.core.sequence import (
 from engine.disagg.bootstrap import BootstrapClient
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
-from engine.transfer.endpoint import TransferEndpoint
+from engine.model.model import TinyDeepSeek
+from engine.runtime import THREADS, Runtime
+from engine.transfer.endpoint import TransferEndpoint, Transport
 
 log = logging.getLogger(__name__)
+BootstrapFactory = Callable[..., BootstrapClient]  # (endpoint, on_failed=) -> client
 SETTLED_MEMORY = 4096  # rooms whose done/failed arrived, remembered for late notifications
 CLIENT_ABORT, WAITING_TIMEOUT = "client abort", "waiting timeout"  # room failure reasons
 UNREACHABLE = "prefill unreachable"
@@ -64,15 +69,21 @@ class Quarantine:
 class DecodeEngine(Engine):
     def __init__(self, cfg, name: str, max_transfer_queue: int = 32,
                  waiting_timeout_s: float = 30.0, quarantine_s: float = 30.0, *,
-                 secret: str) -> None:
-        super().__init__(cfg.replace(prefix_cache=False, hicache=False))
+                 secret: str, model: TinyDeepSeek | None = None, runtime: Runtime = THREADS,
+                 transport: Transport = TransferEndpoint,
+                 bootstrap: BootstrapFactory | None = None) -> None:
+        """``runtime``, ``transport`` and ``bootstrap`` (``bootstrap(endpoint, on_failed)``,
+        default the HTTP ``BootstrapClient``) are the seams ``engine.sim`` replaces."""
+        super().__init__(cfg.replace(prefix_cache=False, hicache=False), model=model,
+                         runtime=runtime)
         self.aux = torch.zeros((max_transfer_queue, AUX_WORDS), dtype=torch.int64)
         self.free_aux = deque(range(max_transfer_queue))
         buffers = {**self.pool.buffers(), "aux": self.aux}
-        self.endpoint = TransferEndpoint(name, buffers,
-                                         page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
-        self.states = TransferStateTable()
-        self.bootstrap = BootstrapClient(self.endpoint, secret, on_failed=self.states_fail)
+        self.endpoint = transport(name, buffers,
+                                  page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
+        self.states = TransferStateTable(clock=runtime.monotonic)
+        self.bootstrap = (bootstrap or functools.partial(BootstrapClient, secret=secret))(
+            self.endpoint, on_failed=self.states_fail)
         self.prealloc: deque[DecodeRoom] = deque()
         self.transfer: dict[int, DecodeRoom] = {}
         self.quarantine: dict[int, Quarantine] = {}
@@ -88,6 +99,7 @@ class DecodeEngine(Engine):
     def add_room(self, room: DecodeRoom) -> None:
         """Thread-safe: validates, then queues the room for preallocation."""
         self.validate(room.seq.prompt, room.seq.params.max_tokens)
+        room.created = self.runtime.monotonic()
         self.states.update(room.room, RoomState.BOOTSTRAPPING)
         self.call_soon(lambda: self.prealloc.append(room))
 
@@ -114,7 +126,7 @@ class DecodeEngine(Engine):
             room.aux_slot = self.free_aux.popleft()
             self.aux[room.aux_slot] = 0
             self.transfer[room.room] = room
-            room.transfer_since = time.monotonic()
+            room.transfer_since = self.runtime.monotonic()
             self.states.update(room.room, RoomState.WAITING_FOR_INPUT)
             n = pages_for(len(room.seq.prompt), self.cfg.page_size)
             msg = Prealloc(room.room, self.endpoint.name, room.seq.pages[:n], room.aux_slot)
@@ -152,7 +164,7 @@ class DecodeEngine(Engine):
             self.states.fail(room.room, UNREACHABLE)  # them if still unreachable
             return
         since = room.transfer_since if room.transfer_since is not None else room.created
-        if time.monotonic() - since > self.waiting_timeout_s:  # the decode's own queue excluded
+        if self.runtime.monotonic() - since > self.waiting_timeout_s:  # its own queue excluded
             self.states.fail(room.room, WAITING_TIMEOUT)
             room.seq.failure = Failure(FailureKind.TIMEOUT, f"KV of room {room.room} did not "
                                        f"arrive within {self.waiting_timeout_s:g} s")
@@ -213,7 +225,8 @@ class DecodeEngine(Engine):
         else:
             self.quarantine[room.room] = Quarantine(tuple(seq.pages), None if room.orphaned
                                                     else room.aux_slot,
-                                                    time.monotonic() + self.quarantine_s)
+                                                    self.runtime.monotonic() +
+                                                    self.quarantine_s)
         seq.pages = []
         reason = self.states.reason(room.room)
         if seq.failure is None and reason not in (None, CLIENT_ABORT):
@@ -235,7 +248,7 @@ class DecodeEngine(Engine):
             self.free_aux.append(q.aux_slot)
 
     def _expire_quarantine(self) -> None:
-        now = time.monotonic()
+        now = self.runtime.monotonic()
         for room_id in [r for r, q in self.quarantine.items() if q.deadline < now]:
             self._free_quarantined(room_id)
 
@@ -278,7 +291,7 @@ class DecodeEngine(Engine):
                 "quarantine": len(self.quarantine)}
 
     def queue_snapshot(self) -> dict:
-        now = time.monotonic()
+        now = self.runtime.monotonic()
 
         def view(r: DecodeRoom) -> dict:
             return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),

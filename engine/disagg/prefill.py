@@ -24,7 +24,9 @@ from engine.core.sequence import FinishReason, Sequence
 from engine.disagg.control import MAX_EARLY_PREALLOCS, RejectedPrealloc, check_prealloc
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
-from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus
+from engine.model.model import TinyDeepSeek
+from engine.runtime import THREADS, Runtime
+from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus, Transport
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +46,19 @@ class PrefillEngine(Engine):
     """An engine whose finished prefills hand their pages to the KV sender instead of freeing."""
 
     def __init__(self, cfg, name: str, sender_workers: int = 2,
-                 bootstrap_timeout_s: float = 300.0) -> None:
-        super().__init__(cfg)
+                 bootstrap_timeout_s: float = 300.0, *, model: TinyDeepSeek | None = None,
+                 runtime: Runtime = THREADS, transport: Transport = TransferEndpoint) -> None:
+        """``runtime`` runs the sender workers and times their waits; ``transport`` builds the
+        endpoint (NIXL in real mode; ``engine.sim.SimEndpoint`` in simulation)."""
+        super().__init__(cfg, model=model, runtime=runtime)
         # A prefill request ends at its first token (max_tokens=1). With overlap scheduling that
         # token is processed a step late; like SGLang's PD prefill loop, never decode meanwhile.
         self.scheduler.prefill_only = self.overlap is not None
         self.aux = torch.zeros((sender_workers, AUX_WORDS), dtype=torch.int64)
         buffers = {**self.pool.buffers(), "aux": self.aux}
-        self.endpoint = TransferEndpoint(name, buffers,
-                                         page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
-        self.states = TransferStateTable()
+        self.endpoint = transport(name, buffers,
+                                  page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
+        self.states = TransferStateTable(clock=runtime.monotonic)
         self.rooms: dict[int, PrefillRoom] = {}
         self.early: OrderedDict[int, Prealloc] = OrderedDict()  # bounded: MAX_EARLY_PREALLOCS
         self.peers: dict = {}
@@ -63,8 +68,7 @@ class PrefillEngine(Engine):
         self._last_sent: dict[int, list[int]] = {}  # worker -> source pages of its last room
         self.queues = [queue.Queue() for _ in range(sender_workers)]
         for i, q in enumerate(self.queues):
-            threading.Thread(target=self._sender, args=(i, q), daemon=True,
-                             name=f"kv-sender-{i}").start()
+            runtime.start_thread(lambda i=i, q=q: self._sender(i, q), f"kv-sender-{i}")
 
     # ---- control plane (HTTP threads) ----
     def connect_peer(self, blob) -> None:
@@ -73,6 +77,7 @@ class PrefillEngine(Engine):
 
     def add_room(self, room: PrefillRoom) -> None:
         self.validate(room.seq.prompt, room.seq.params.max_tokens)
+        room.created = self.runtime.monotonic()
         with self._lock:
             if self.states.get(room.room) is RoomState.FAILED or room.room in self.rooms:
                 raise ValueError(f"room {room.room} already used")
@@ -146,7 +151,7 @@ class PrefillEngine(Engine):
             self._fail(room, "aborted before prefill")
 
     def poll(self) -> None:
-        now = time.monotonic()
+        now = self.runtime.monotonic()
         for room in list(self.rooms.values()):
             late = room.prealloc is None and now - room.created > self.bootstrap_timeout_s
             if late:
@@ -197,8 +202,8 @@ class PrefillEngine(Engine):
     def _sender(self, worker: int, jobs: queue.Queue) -> None:
         count = 0
         while True:
-            room = jobs.get()
-            self.faults.sleep(self.faults.peer_pause(count))
+            room = self.runtime.get(jobs)
+            self.runtime.sleep(self.faults.peer_pause(count))
             count += 1
             try:
                 final = self._send(worker, room)
@@ -217,11 +222,11 @@ class PrefillEngine(Engine):
         buffers = tuple(b for b in KV_BUFFERS
                         if b != "index_k_scale" or not self.cfg.has("index_k_scale_not_sent"))
         layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
-        handles, t0 = [], time.monotonic()
+        handles, t0 = [], self.runtime.monotonic()
         for layer in range(self.model.cfg.n_layers):
             if self.states.get(room.room) is RoomState.FAILED:
                 break
-            self.faults.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
+            self.runtime.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
             for job in room.seq.load_jobs:
                 job.note_send(layer)
             writes = [PageWrite(b, src, dst, layer) for b in buffers]
@@ -230,7 +235,7 @@ class PrefillEngine(Engine):
             room.posted += 1
         failed = self.states.get(room.room) is RoomState.FAILED
         if not failed:
-            self.faults.sleep(self.faults.aux_delay(room.room))
+            self.runtime.sleep(self.faults.aux_delay(room.room))
             lp = room.seq.logprobs[0].logprob if room.seq.logprobs else math.nan
             aux = Aux(room.room, room.seq.output[0], room.seq.num_cached, len(room.seq.prompt),
                       lp)
@@ -241,10 +246,10 @@ class PrefillEngine(Engine):
         ok = self._wait_all(handles)
         final = RoomState.SUCCESS if ok and not failed else RoomState.FAILED
         if final is RoomState.SUCCESS and self.on_transfer is not None:
-            self.on_transfer(time.monotonic() - t0, layer_bytes * self.model.cfg.n_layers)
+            self.on_transfer(self.runtime.monotonic() - t0, layer_bytes * self.model.cfg.n_layers)
         kind = TagKind.DONE if final is RoomState.SUCCESS else TagKind.FAILED
         self._forget(room)
-        self.faults.sleep(self.faults.done_delay(room.room))
+        self.runtime.sleep(self.faults.done_delay(room.room))
         self.endpoint.send_notif(peer, Tag(room.room, kind).encode())
         self.states.update(room.room, final)
         return final
@@ -274,7 +279,7 @@ class PrefillEngine(Engine):
                 "inflight": states.count(RoomState.TRANSFERRING)}
 
     def queue_snapshot(self) -> dict:
-        now = time.monotonic()
+        now = self.runtime.monotonic()
 
         def view(r: PrefillRoom) -> dict:
             return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),

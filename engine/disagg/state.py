@@ -11,6 +11,7 @@ import enum
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -36,13 +37,15 @@ class TransferStateTable:
     Bounded: a room in Success or Failed for ``grace_s`` is forgotten (a failed one stays in the
     bounded failed memory, so it still reads Failed and is never resurrected)."""
 
-    def __init__(self, remember_failed: int = 65536, grace_s: float = 60.0) -> None:
+    def __init__(self, remember_failed: int = 65536, grace_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._rooms: dict[int, RoomRecord] = {}
         self._failed: OrderedDict[int, str] = OrderedDict()
         self._remember = remember_failed
         self.grace_s = grace_s
-        self._pruned_at = time.monotonic()
+        self._pruned_at = clock()
 
     def update(self, room: int, state: RoomState, reason: str = "") -> RoomState:
         """Moves ``room`` to ``state`` if that is forward; returns the room's resulting state."""
@@ -52,7 +55,7 @@ class TransferStateTable:
             cur = self._rooms.get(room)
             if cur is not None and (cur.state is RoomState.FAILED or state <= cur.state):
                 return cur.state
-            now = time.monotonic()
+            now = self._clock()
             self._rooms[room] = RoomRecord(room, state, now, reason)
             if state is RoomState.FAILED:
                 self._remember_failed(room, reason)
@@ -99,7 +102,7 @@ class TransferStateTable:
             self._rooms.pop(room, None)
 
     def snapshot(self) -> list[RoomRecord]:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             return [RoomRecord(r.room, r.state, round(now - r.since, 4), r.reason)
                     for r in self._rooms.values()]

@@ -136,9 +136,10 @@ class SimRuntime(Runtime):
             self._by_ident[threading.get_ident()] = t
             t.go.wait()
             t.go.clear()
+            if self._closed:  # never started: the simulation ended first
+                return
             try:
-                if not self._closed:
-                    target()
+                target()
             except SimExit:
                 return
             except BaseException as exc:  # noqa: BLE001 - reported by run(), not lost
@@ -187,6 +188,8 @@ class SimRuntime(Runtime):
         return self.strategy.choose(eligible, len(self.trace))
 
     def _switch(self, me: _Thread, label: str, wait: bool = True) -> None:
+        if self._closed:  # the simulation ended: nothing may decide (or run) any more
+            raise SimExit
         if len(self.trace) >= self.max_steps:
             self._error = self._error or RuntimeError(f"more than {self.max_steps} decisions")
             self._finished.set()
@@ -211,6 +214,9 @@ class SimRuntime(Runtime):
     # ---- Runtime seams ----
     def start_thread(self, target: Callable[[], None], name: str) -> None:
         self._spawn(target, name)
+
+    def monotonic(self) -> float:
+        return self.now
 
     def point(self, label: str) -> None:
         me = self._me()

@@ -17,7 +17,7 @@ import operator
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -36,7 +36,7 @@ from engine.transfer.channel import (
 
 __all__ = ["BufferInfo", "ByteRange", "ChannelError", "EndpointBlob", "MetadataChannel",
            "Notification", "PageWrite", "PeerHandle", "TransferEndpoint", "TransferError",
-           "TransferHandle", "TransferStatus", "coalesce", "fetch_peer"]
+           "TransferHandle", "TransferStatus", "Transport", "coalesce", "fetch_peer"]
 
 logger = logging.getLogger(__name__)
 
@@ -316,6 +316,11 @@ class TransferEndpoint:
                 return getattr(self._agent, method)(*args)
             except _NIXL_ERRORS as e:
                 raise TransferError(f"NIXL {method} failed on {self.name!r}: {e!r}") from e
+
+
+Transport = Callable[..., TransferEndpoint]
+"""Builds an endpoint as ``transport(name, buffers, page_dims=...)``: ``TransferEndpoint`` (NIXL)
+or ``engine.sim.SimEndpoint`` (in-process, the same methods and NIXL's ordering semantics)."""
 
 
 def _quietly(fn, *args: object) -> None:

@@ -3,21 +3,19 @@
 ``run`` plays a ``Workload`` under one seeded schedule, ``explore`` tries many, ``replay`` checks
 a run repeats bit for bit, ``trial`` makes deterministic bisection/ddmin trials, ``shrink``
 reduces a failing run to the smallest workload that still fails (``workbench.sim.simulation``,
-``workbench.sim.shrink``).
+``workbench.sim.shrink``). ``Workload(pd=True)`` simulates a PD pair (``workbench.sim.pd``).
 """
 
 from workbench.sim.shrink import ShrinkStep, Shrunk, shrink
 from workbench.sim.simulation import (
-    SIMULATED,
     Exploration,
     ReplayDiverged,
-    SimRun,
-    Workload,
     explore,
     replay,
     run,
     trial,
 )
+from workbench.sim.workload import SIMULATED, SIMULATED_PD, SimEvidence, SimRun, Workload
 
-__all__ = ["SIMULATED", "Exploration", "ReplayDiverged", "ShrinkStep", "Shrunk", "SimRun",
-           "Workload", "explore", "replay", "run", "shrink", "trial"]
+__all__ = ["SIMULATED", "SIMULATED_PD", "Exploration", "ReplayDiverged", "ShrinkStep", "Shrunk",
+           "SimEvidence", "SimRun", "Workload", "explore", "replay", "run", "shrink", "trial"]

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from workbench.sim.simulation import SimRun, Workload, run
+from workbench.sim.simulation import run
+from workbench.sim.workload import SimRun, Workload
 
 log = logging.getLogger(__name__)
 DIMENSIONS = ("sessions", "turns", "max_tokens")  # reduced in this order, each to its floor
@@ -83,8 +84,8 @@ def shrink(failing: SimRun, tries: int = 4, max_schedules: int = 200) -> Shrunk:
     """Reduces ``failing`` (a flagged run) to a smaller failing run; ``tries`` seeds per
     candidate workload (the original seed first), at most ``max_schedules`` schedules in all.
     Raises ValueError when ``failing`` did not fail."""
-    if not failing.flagged:
-        raise ValueError("shrink needs a failing run (one with a flagged response)")
+    if not failing.failed:
+        raise ValueError("shrink needs a failing run (one with an anomaly)")
     best, steps, tried = failing, [], set()
     for dim in DIMENSIONS:
         improved = True
@@ -110,7 +111,7 @@ def _first_failing(best: SimRun, workload: Workload, dim: str, value: int, tries
             continue
         tried.add(key)
         got = run(best.patches, seed, workload, best.strategy, stop_at_flag=True)
-        steps.append(ShrinkStep(dim, value, seed, bool(got.flagged), len(got.trace)))
-        if got.flagged:
+        steps.append(ShrinkStep(dim, value, seed, got.failed, len(got.trace)))
+        if got.failed:
             return got
     return None
