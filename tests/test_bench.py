@@ -99,3 +99,13 @@ def test_sim_rare_row_is_the_worst_pct_count_over_a_thousand():
     assert row.ratio == 40 / 1000 and "real 0/50" in row.measured and "walk None" in row.measured
     assert rows[0].real_hi < 0.08 and SimRare((RareRow("c", None, 1, None, 1, 0, 0),)
                                               ).table_row().ratio is None
+
+
+def test_sim_pd_row_is_bugs_found_over_bugs():
+    from bench.sim_pd import SimPD, ZooRow
+
+    rows = (ZooRow("a", "kills", 1, 5, 12.0, "1 late writes", 3, 3),
+            ZooRow("b", None, None, 15, 90.0, "", 0, 0))
+    row = SimPD(rows, 10, 0).table_row()
+    assert row.ratio == 0.5 and "1/2 zoo bugs" in row.measured
+    assert "replayed identically" in row.measured and "0 failing of 10" in row.measured
