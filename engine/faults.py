@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import time
 from dataclasses import asdict, dataclass
 
 
@@ -96,8 +95,3 @@ class FaultInjector:
         """Pause (seconds) a peer-facing loop takes on its ``counter``-th iteration."""
         every = self.cfg.peer_pause_every
         return self.cfg.peer_pause_ms * 1e-3 if every and counter % every == every - 1 else 0.0
-
-    @staticmethod
-    def sleep(seconds: float) -> None:
-        if seconds > 0:
-            time.sleep(seconds)

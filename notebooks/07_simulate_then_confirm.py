@@ -32,6 +32,10 @@ replays = 3
 strategy = "random"
 confirm_shape = "hicache_race"
 max_bursts = 6
+pd_bug = "late_write_after_abort"
+pd_shape = "kills"
+pd_sessions = 3
+pd_seeds = 3
 findings_ledger = "runs/findings.jsonl"
 
 # %%
@@ -84,3 +88,30 @@ print(record_finding(
     evidence={"bursts": real.bursts}, replay={**replay, "shape": confirm_shape},
     source="07_simulate_then_confirm", ledger=findings_ledger))
 print(f"confirmed: {real.flagged} flagged on the real pair vs seed {found.seed} in sim")
+
+# %% [markdown]
+# ## Finding 3: a transfer-layer bug in a simulated PD pair
+# The PD pair simulates too: the real prefill and decode engines, with the transfer layer
+# (one-sided WRITEs landing at seeded points, the tag after its data), the bootstrap and the
+# client kills as decisions. The kill shape of real mode finds the late write after an abort;
+# the seed replays it, the fixed code passes the same schedule, and a real pair confirms it.
+
+# %%
+pd_workload = sim.Workload.of_shape(pd_shape, sessions=pd_sessions)
+pd_found = sim.explore([pd_bug], seeds=range(pd_seeds), workload=pd_workload,
+                       progress=False).first_failure
+pd_fixed = sim.run([], pd_found.seed, pd_workload)
+pd_real = reproduce([pd_bug], variant="buggy", shape=pd_shape, max_bursts=max_bursts)
+print(record_finding(
+    "a simulated PD pair finds the late write after an abort; a real pair confirms it",
+    {"a schedule wrote late": pd_found is not None and pd_found.evidence.late_writes > 0,
+     "its seed replays exactly": sim.replay(pd_found).fingerprint == pd_found.fingerprint,
+     "the fixed code passes the same schedule": pd_fixed.anomalies == 0,
+     "the real pair writes late too": int(pd_real.bursts["late_writes"].sum()) > 0},
+    evidence={"seed": pd_found.seed, "sim": str(pd_found.evidence),
+              "real_late_writes": int(pd_real.bursts["late_writes"].sum())},
+    replay={"patches": [pd_bug], "seed": pd_found.seed, "shape": pd_shape,
+            "sessions": pd_sessions},
+    source="07_simulate_then_confirm", ledger=findings_ledger))
+print(f"PD sim: seed {pd_found.seed} {pd_found.evidence}; real pair: "
+      f"{int(pd_real.bursts['late_writes'].sum())} late writes")

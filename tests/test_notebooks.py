@@ -30,7 +30,7 @@ SMALL = {
 FINDINGS = {  # findings each notebook records (all must hold)
     "01_reproduce_corruption.py": 4, "02_localize_index_k.py": 2, "03_bisect_patch_series.py": 1,
     "04_wedge_vs_corruption.py": 2, "05_investigation_template.py": 1,
-    "06_vllm_pd_kill_storm.py": 4, "07_simulate_then_confirm.py": 2,
+    "06_vllm_pd_kill_storm.py": 4, "07_simulate_then_confirm.py": 3,
 }
 RENDERED = {  # text each executed report must contain
     "01_reproduce_corruption.py": "flagged (95% CI upper bound",
