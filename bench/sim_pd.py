@@ -61,6 +61,8 @@ class SimPD:
 def describe(run: sim.SimRun) -> str:
     s, ev = run.result.summary, run.evidence
     parts = [f"{s.flagged} flagged" if s.flagged else "", f"{s.errors} errors" if s.errors else "",
+             f"{ev.buffer_flags}/{ev.judged_rooms} judged rooms' buffers differ"
+             if ev.buffer_flags else "",
              f"left {ev.left}" if ev.left else "",
              f"{ev.late_writes} late writes" if ev.late_writes else ""]
     return ", ".join(p for p in parts if p)
