@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -37,6 +38,10 @@ class Runtime:
     def get(self, q: queue.Queue[T]) -> T:
         """A blocking ``q.get()``."""
         return q.get()
+
+    def result(self, fut: Future[T]) -> T:
+        """A blocking ``fut.result()`` (re-raises what the future's work raised)."""
+        return fut.result()
 
     def point(self, label: str) -> None:
         """A place where the real system may switch threads (a no-op in real mode)."""

@@ -66,6 +66,16 @@ def test_late_write_after_abort_fails_in_sim_and_replays_while_fixed_code_does_n
     assert fixed.anomalies == 0, fixed.evidence
 
 
+def test_overlap_mode_runs_in_sim_its_forward_worker_a_simulated_thread():
+    got = sim.run(("overlap_schedule",), 0, KILLS)
+    assert got.anomalies == 0 and got.result.summary.completed > 0, got.evidence
+    assert "forward-worker" in {d.thread for d in got.trace}
+    assert sim.replay(got).fingerprint == got.fingerprint
+    late = sim.explore(("late_write_after_abort", "overlap_schedule"), seeds=range(3),
+                       workload=KILLS, progress=False).first_failure
+    assert late is not None and late.evidence.late_writes > 0
+
+
 def test_orphaned_transfer_entry_is_a_leftover_after_the_drain():
     got = sim.run(("abort_orphan_transfer_entry",), 0, KILLS)
     assert got.evidence.left.get("decode:transfer", 0) > 0, got.evidence
@@ -73,8 +83,8 @@ def test_orphaned_transfer_entry_is_a_leftover_after_the_drain():
 
 
 def test_pd_sim_refuses_what_it_cannot_drive_and_kills_need_a_pair():
-    with pytest.raises(ValueError, match="overlap_schedule"):
-        sim.run(("overlap_schedule",), 0, KILLS)
+    with pytest.raises(ValueError, match="unknown.*no_such_patch"):
+        sim.run(("no_such_patch",), 0, KILLS)
     with pytest.raises(ValueError, match="in a simulated PD pair"):
         sim.run(("late_write_after_abort",), 0, sim.Workload(sessions=1))
     with pytest.raises(ValueError, match="PD pair only"):

@@ -192,7 +192,7 @@ class Engine:
         if batch:
             self.faults.step()
             if ov.worker is None:
-                ov.worker = ForwardWorker(self.runner)
+                ov.worker = ForwardWorker(self.runner, self.runtime)
             ov.inflight = ov.worker.launch(batch, self.runner.prepare(batch, future))
             ov.stats.launched += 1
             self.stats.steps += 1
@@ -206,14 +206,13 @@ class Engine:
             return None
         return last if last is not None else StepOutput((), 0)
 
-    @staticmethod
-    def _resolve(ov: OverlapState) -> StepOutput | None:
+    def _resolve(self, ov: OverlapState) -> StepOutput | None:
         """Waits for the forward in flight (re-raising its error after forgetting it); its
         tokens for sequences still running, not yet processed."""
         job, ov.inflight = ov.inflight, None
         if job is None:
             return None
-        out = job.result.result()
+        out = self.runtime.result(job.result)
         for it in job.batch.items:
             if it.seq.status is Status.RUNNING:
                 it.seq.num_computed = it.start + it.num_tokens

@@ -27,13 +27,13 @@ Invariants:
 from __future__ import annotations
 
 import queue
-import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from engine.core.model_runner import BatchInputs, ModelRunner
 from engine.core.scheduler import Batch
 from engine.core.sequence import Sequence
+from engine.runtime import THREADS, Runtime
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,10 @@ class OverlapStats:
 class ForwardWorker:
     """A daemon thread that runs ``runner.run`` on launched batches, in launch order."""
 
-    def __init__(self, runner: ModelRunner) -> None:
-        self.runner = runner
+    def __init__(self, runner: ModelRunner, runtime: Runtime = THREADS) -> None:
+        self.runner, self.runtime = runner, runtime
         self._jobs: queue.Queue[ForwardJob | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="forward-worker", daemon=True)
-        self._thread.start()
+        runtime.start_thread(self._loop, "forward-worker")
 
     def launch(self, batch: Batch, inputs: BatchInputs) -> ForwardJob:
         job = ForwardJob(batch, inputs, Future())
@@ -70,7 +69,7 @@ class ForwardWorker:
         self._jobs.put(None)
 
     def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while (job := self.runtime.get(self._jobs)) is not None:
             try:
                 job.result.set_result(self.runner.run(job.batch, job.inputs))
             except BaseException as exc:  # noqa: BLE001 - re-raised on the engine thread

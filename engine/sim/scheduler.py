@@ -15,6 +15,7 @@ import queue
 import random
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -249,6 +250,10 @@ class SimRuntime(Runtime):
             if cond is not None:
                 cond.acquire()
         return predicate()
+
+    def result(self, fut: Future[T]) -> T:
+        self.wait_for(None, fut.done, math.inf)
+        return fut.result()
 
     def get(self, q: queue.Queue[T]) -> T:
         self.wait_for(None, lambda: not q.empty(), math.inf)

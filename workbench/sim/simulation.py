@@ -14,8 +14,9 @@ run also counts what real mode counts after a burst (``SimRun.evidence``). ``exp
 seeds, ``replay`` runs one again and checks tokens and decisions are identical, ``trial`` makes a
 deterministic bisection/ddmin trial, and ``workbench.sim.shrink`` reduces a failing run.
 
-Not simulated: ``overlap_schedule``'s forward thread, the HTTP servers, router health checks and
-peer restarts; ``run`` refuses variants it cannot drive (``SIMULATED``, ``SIMULATED_PD``).
+Not simulated: the HTTP servers, router health checks and peer restarts. Every patch variant is
+(``overlap_schedule``'s forward worker is a simulated thread); ``run`` refuses the PD-only ones
+on one engine (``SIMULATED``, ``SIMULATED_PD``).
 """
 
 from __future__ import annotations

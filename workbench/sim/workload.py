@@ -14,15 +14,16 @@ from workbench.concurrency import LoadResult
 from workbench.shapes import Shape, shape_of
 
 SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
-                       "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up"})
-"""Patch variants whose code runs in one engine with its HiCache loader."""
+                       "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up",
+                       "overlap_schedule"})
+"""Patch variants whose code runs in one engine with its HiCache loader (and, with
+``overlap_schedule``, its forward worker thread)."""
 SIMULATED_PD = SIMULATED | {"abort_orphan_transfer_entry", "aux_read_before_landed",
                             "aux_slot_double_free", "index_k_scale_not_sent",
                             "late_notification_recreates_room", "late_write_after_abort",
                             "sender_stale_prefix_pages", "transfer_timeout_leaks_room"}
-"""Also those of the PD transfer layer and control plane (``Workload(pd=True)``). Not simulated:
-``overlap_schedule``, whose forward thread the simulator does not drive; asking for it raises
-rather than passing silently."""
+"""Also those of the PD transfer layer and control plane (``Workload(pd=True)``). Every patch
+variant of ``engine.patches`` is simulated; an unknown name raises rather than passing."""
 DECODE_ARGS = {"--max-transfer-queue": "transfer_queue",
                "--waiting-timeout-s": "waiting_timeout_s"}  # decode flag -> Workload field
 
@@ -34,8 +35,7 @@ def check_simulated(patches: Iterable[str], pd: bool = False) -> tuple[str, ...]
     can = SIMULATED_PD if pd else SIMULATED
     missing = [p for p in patches if p not in can]
     if missing:
-        where = "in a simulated PD pair" if not pd and set(missing) <= SIMULATED_PD \
-            else "real mode only"
+        where = "in a simulated PD pair" if set(missing) <= SIMULATED_PD else "unknown"
         raise ValueError(f"not simulated ({where}): {', '.join(missing)}; simulated "
                          f"{'PD ' if pd else ''}patch variants: {', '.join(sorted(can))}")
     return patches
