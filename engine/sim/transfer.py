@@ -19,7 +19,6 @@ import torch
 
 from engine.runtime import Runtime
 from engine.transfer.endpoint import (
-    BufferInfo,
     EndpointBlob,
     Notification,
     PageWrite,
@@ -27,6 +26,9 @@ from engine.transfer.endpoint import (
     TransferError,
     TransferHandle,
     TransferStatus,
+    buffer_infos,
+    buffer_pair,
+    check_layouts,
     page_ranges,
 )
 
@@ -39,7 +41,6 @@ class Fabric:
     latency_s: float = 20e-6  # per WRITE or notification
     bytes_per_s: float = 10e9
     endpoints: dict[str, SimEndpoint] = field(default_factory=dict)
-    writes: int = 0
 
     def endpoint(self, name: str, buffers: Mapping[str, torch.Tensor],
                  page_dims: Mapping[str, int] | None = None) -> SimEndpoint:
@@ -56,14 +57,9 @@ class SimEndpoint:
 
     def __init__(self, fabric: Fabric, name: str, buffers: Mapping[str, torch.Tensor],
                  page_dims: Mapping[str, int] | None = None) -> None:
-        dims = dict(page_dims or {})
-        unknown = set(dims) - set(buffers)
-        if unknown:
-            raise TransferError(f"page_dims for unknown buffers {sorted(unknown)}")
         self.fabric, self.name = fabric, name
         self._tensors = dict(buffers)
-        self._dims = {k: dims.get(k, 0) for k in buffers}
-        self._infos = {k: BufferInfo.from_tensor(k, t, self._dims[k]) for k, t in buffers.items()}
+        self._infos = buffer_infos(buffers, page_dims)
         self._peers: dict[str, PeerHandle] = {}
         self._inbox: list[Notification] = []
         self._closed = False
@@ -74,9 +70,7 @@ class SimEndpoint:
 
     def connect(self, peer: EndpointBlob) -> PeerHandle:
         self._check_open()
-        for name, remote in peer.buffers.items():
-            if name in self._infos:
-                self._infos[name].check_compatible(remote)
+        check_layouts(self._infos, peer)
         if peer.agent_name not in self.fabric.endpoints:
             raise TransferError(f"no agent {peer.agent_name!r} on the fabric")
         handle = PeerHandle(peer.agent_name, peer)
@@ -93,15 +87,9 @@ class SimEndpoint:
             raise TransferError("write_pages needs at least one PageWrite")
         nbytes = 0
         for req in requests:
-            if req.buffer not in self._infos:
-                raise TransferError(f"unknown local buffer {req.buffer!r}; have "
-                                    f"{sorted(self._infos)}")
-            if req.buffer not in peer.blob.buffers:
-                raise TransferError(f"peer {peer.name!r} has no buffer {req.buffer!r}")
-            nbytes += sum(r.length for r in page_ranges(self._infos[req.buffer],
-                                                        peer.blob.buffers[req.buffer], req))
+            local, remote = buffer_pair(self._infos, peer, req.buffer)
+            nbytes += sum(r.length for r in page_ranges(local, remote, req))
         handle = TransferHandle(peer.name, nbytes, len(requests), xfer=None)
-        self.fabric.writes += 1
         target = self.fabric.endpoints[peer.name]
         self.fabric.runtime.start_thread(lambda: self._wire(handle, target, requests, notif),
                                          f"wire {self.name}->{peer.name}")
@@ -125,7 +113,7 @@ class SimEndpoint:
     def _land(self, target: SimEndpoint, req: PageWrite) -> None:
         src, dst = self._tensors[req.buffer], target._tensors[req.buffer]
         s, d = torch.tensor(req.src_pages), torch.tensor(req.dst_pages)
-        if self._dims[req.buffer] == 0:
+        if self._infos[req.buffer].page_dim == 0:
             dst[d] = src[s]  # [n, *inner]
         elif req.layer is None:
             dst[:, d] = src[:, s]  # [L, n, *inner]

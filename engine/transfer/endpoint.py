@@ -36,7 +36,8 @@ from engine.transfer.channel import (
 
 __all__ = ["BufferInfo", "ByteRange", "ChannelError", "EndpointBlob", "MetadataChannel",
            "Notification", "PageWrite", "PeerHandle", "TransferEndpoint", "TransferError",
-           "TransferHandle", "TransferStatus", "Transport", "coalesce", "fetch_peer"]
+           "TransferHandle", "TransferStatus", "Transport", "buffer_infos", "buffer_pair",
+           "check_layouts", "coalesce", "fetch_peer"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +158,34 @@ def page_ranges(local: BufferInfo, remote: BufferInfo, req: PageWrite) -> list[B
         for o in outers for s, d in pairs)
 
 
+def buffer_infos(buffers: Mapping[str, torch.Tensor],
+                 page_dims: Mapping[str, int] | None) -> dict[str, BufferInfo]:
+    """Each buffer's layout, its page dimension from ``page_dims`` (default 0); TransferError
+    when ``page_dims`` names a buffer there is not."""
+    dims = dict(page_dims or {})
+    unknown = set(dims) - set(buffers)
+    if unknown:
+        raise TransferError(f"page_dims for unknown buffers {sorted(unknown)}")
+    return {k: BufferInfo.from_tensor(k, t, dims.get(k, 0)) for k, t in buffers.items()}
+
+
+def check_layouts(infos: Mapping[str, BufferInfo], peer: EndpointBlob) -> None:
+    """TransferError unless every buffer both sides have is laid out compatibly."""
+    for name, remote in peer.buffers.items():
+        if name in infos:
+            infos[name].check_compatible(remote)
+
+
+def buffer_pair(infos: Mapping[str, BufferInfo], peer: PeerHandle,
+                buffer: str) -> tuple[BufferInfo, BufferInfo]:
+    """The local and the peer's layout of ``buffer``; TransferError when either side lacks it."""
+    if buffer not in infos:
+        raise TransferError(f"unknown local buffer {buffer!r}; have {sorted(infos)}")
+    if buffer not in peer.blob.buffers:
+        raise TransferError(f"peer {peer.name!r} has no buffer {buffer!r}")
+    return infos[buffer], peer.blob.buffers[buffer]
+
+
 class TransferEndpoint:
     """One NIXL agent owning registered page buffers; writes pages into connected peers.
 
@@ -167,13 +196,9 @@ class TransferEndpoint:
 
     def __init__(self, name: str, buffers: Mapping[str, torch.Tensor], backend: str = "UCX",
                  page_dims: Mapping[str, int] | None = None, net_devices: str = "lo") -> None:
-        dims = dict(page_dims or {})
-        unknown = set(dims) - set(buffers)
-        if unknown:
-            raise TransferError(f"page_dims for unknown buffers {sorted(unknown)}")
         self.name, self.backend = name, backend
         self._tensors = dict(buffers)
-        self._infos = {k: BufferInfo.from_tensor(k, t, dims.get(k, 0)) for k, t in buffers.items()}
+        self._infos = buffer_infos(buffers, page_dims)
         self._lock = threading.RLock()
         os.environ.setdefault("UCX_NET_DEVICES", net_devices)  # read when UCX initialises
         self._agent = nixl_agent(name, nixl_agent_config(backends=[backend]))
@@ -200,9 +225,7 @@ class TransferEndpoint:
     def connect(self, peer: EndpointBlob) -> PeerHandle:
         """Load the peer's agent metadata after checking shared buffers' layouts agree."""
         self._check_open()
-        for name, remote in peer.buffers.items():
-            if name in self._infos:
-                self._infos[name].check_compatible(remote)
+        check_layouts(self._infos, peer)
         old = self._peers.get(peer.agent_name)
         if old is not None and old.blob.agent_metadata == peer.agent_metadata:
             return old
@@ -237,7 +260,7 @@ class TransferEndpoint:
         plan = _Plan()
         local_mems, remote_mems = set(), set()
         for req in requests:
-            local, remote = self._pair(peer, req.buffer)
+            local, remote = buffer_pair(self._infos, peer, req.buffer)
             local_mems.add(local.mem_type)
             remote_mems.add(remote.mem_type)
             for r in page_ranges(local, remote, req):
@@ -248,13 +271,6 @@ class TransferEndpoint:
             raise TransferError("one write_pages call cannot mix DRAM and VRAM buffers")
         plan.local_mem, plan.remote_mem = local_mems.pop(), remote_mems.pop()
         return plan
-
-    def _pair(self, peer: PeerHandle, buffer: str) -> tuple[BufferInfo, BufferInfo]:
-        if buffer not in self._infos:
-            raise TransferError(f"unknown local buffer {buffer!r}; have {sorted(self._infos)}")
-        if buffer not in peer.blob.buffers:
-            raise TransferError(f"peer {peer.name!r} has no buffer {buffer!r}")
-        return self._infos[buffer], peer.blob.buffers[buffer]
 
     def poll(self, handle: TransferHandle) -> TransferStatus:
         """Current status of ``handle`` (terminal states are sticky)."""
