@@ -8,6 +8,7 @@ and buffer, the max abs / relative difference and the first bad position.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,16 +109,27 @@ class BufferDiff:
 class ReferenceBuffers:
     """Recomputes buffers on the oracle path; reuse one across many diffs (loads the model once)."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    def __init__(self, cfg: EngineConfig, memo: int = 64) -> None:
         model = load_model(Path(cfg.model_dir) / "model.safetensors").to(cfg.device)
         self.ref = Reference(model, cfg.replace(batch_invariant=True))
+        self.memo = memo
+        self._seen: OrderedDict[tuple[int, ...], dict[str, torch.Tensor]] = OrderedDict()
 
     def buffers(self, tokens: list[int]) -> dict[str, torch.Tensor]:
+        """Every layer's reference K, V and index-K for ``tokens`` (a pure function of them: the
+        last ``memo`` answers are kept, so judging many schedules of one load recomputes none)."""
+        key = tuple(tokens)
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return self._seen[key]
         out = {}
         for i, lb in enumerate(self.ref.forward(tokens).layers):
             out[str(DumpKey(i, "k"))], out[str(DumpKey(i, "v"))] = lb.k, lb.v
             for name in ("index_k_f32", "index_k_read_f32"):
                 out[str(DumpKey(i, name))] = lb.index_k
+        self._seen[key] = out
+        if len(self._seen) > self.memo:
+            self._seen.popitem(last=False)
         return out
 
 
