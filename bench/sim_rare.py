@@ -1,12 +1,15 @@
 """A failure that needs a rare interleaving: PCT in simulation vs bursts in real mode.
 
-Run ``python -m bench.sim_rare [--schedules 1000] [--real-bursts 50]``. For each ``RARE`` patch
-variant (``engine.patches.RARE``; today ``hicache_v_after_counter``: the HiCache loader publishes
-a layer between its K and V copies, a window of one small copy): PCT and the random walk explore
-schedules of 2 sessions x 2 turns until one fails (at most ``--schedules``), and real mode runs
-``--real-bursts`` seeded bursts of the ``hicache_race`` shape on a launched PD pair, counting
-the bursts with an anomaly. Targets: PCT fails a schedule within 1,000; real mode flags fewer
-than 1 burst in 50.
+Run ``python -m bench.sim_rare [--schedules 1000] [--real-bursts 50] [--bugs ...]``. For each
+``RARE`` patch variant (``engine.patches.RARE``), PCT and the random walk explore schedules of
+its ``CASES`` workload until one fails (at most ``--schedules``), and real mode runs
+``--real-bursts`` seeded bursts of its shape on a launched PD pair, counting the bursts with an
+anomaly. The variants: ``hicache_v_after_counter`` (the HiCache loader publishes a layer between
+its K and V copies; one engine, ``hicache_race``) and ``prealloc_parked_after_check`` (the
+prefill parks an early prealloc in a second critical section; a PD pair, ``baseline``, with a
+200 us timing quantum so a bootstrap message and a dispatch that close may come in either order,
+PCT's horizon about one schedule's decisions). Targets: PCT fails a schedule within 1,000; real
+mode flags fewer than 1 burst in 50.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from workbench.investigate import reproduce
 
 log = logging.getLogger(__name__)
 SCHEDULES, REAL_BURSTS = 1000, 50
+CASES: dict[str, tuple[sim.Workload, str]] = {  # rare variant -> (sim workload, real shape)
+    "hicache_v_after_counter": (sim.Workload(sessions=2), "hicache_race"),
+    "prealloc_parked_after_check": (sim.Workload.of_shape(
+        "baseline", sessions=2, max_tokens=16, time_quantum_us=200.0, pct_horizon=200),
+        "baseline"),
+}
 
 
 @dataclass(frozen=True)
@@ -58,20 +67,21 @@ class SimRare:
 
 def _first(bug: str, strategy: str, limit: int) -> tuple[int | None, float]:
     t0 = time.perf_counter()
-    found = sim.explore((bug,), seeds=range(limit), workload=sim.Workload(sessions=2),
+    found = sim.explore((bug,), seeds=range(limit), workload=CASES[bug][0],
                         strategy=strategy, progress=False)
     n = len(found.runs) if found.first_failure is not None else None
     return n, round(time.perf_counter() - t0, 1)
 
 
-def measure(schedules: int = SCHEDULES, real_bursts: int = REAL_BURSTS) -> SimRare:
+def measure(schedules: int = SCHEDULES, real_bursts: int = REAL_BURSTS,
+            bugs: tuple[str, ...] = RARE) -> SimRare:
     rows = []
-    for bug in RARE:
+    for bug in bugs:
         pct, pct_s = _first(bug, "pct", schedules)
         walk, walk_s = _first(bug, "random", schedules)
         flagged = 0
         if real_bursts:
-            rep = reproduce((bug,), shape="hicache_race", seeds=range(real_bursts),
+            rep = reproduce((bug,), shape=CASES[bug][1], seeds=range(real_bursts),
                             variant=bug)
             flagged = sum(Burst(**b).anomalies > 0 for b in rep.bursts.iter_rows(named=True))
         rows.append(RareRow(bug, pct, pct_s, walk, walk_s, real_bursts, flagged))
@@ -91,10 +101,11 @@ def main(argv: list[str] | None = None) -> SimRare:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schedules", type=int, default=SCHEDULES)
     ap.add_argument("--real-bursts", type=int, default=REAL_BURSTS)
+    ap.add_argument("--bugs", nargs="*", default=list(RARE), choices=RARE)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    res = measure(args.schedules, args.real_bursts)
+    res = measure(args.schedules, args.real_bursts, tuple(args.bugs))
     report(res)
     return res
 

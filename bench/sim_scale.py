@@ -6,13 +6,15 @@ Run ``python -m bench.sim_scale [--fixed 10000] [--replays 100] [--workers 2]``.
 
 * every failing patch variant (``CASES``: each ``engine.patches.ZOO`` bug swept blind over real
   mode's shapes in a simulated PD pair, as ``bench.sim_pd``; the index-K race with bf16 index-K
-  and with overlap mode, and each ``RARE`` variant under PCT, on one engine) is explored until a
+  and with overlap mode on one engine; each ``RARE`` variant under PCT in its
+  ``bench.sim_rare.CASES`` workload) is explored until a
   schedule fails, and that seed is replayed ``--replays`` times: each replay must give the same
   decision trace and the same tokens (``SimRun.fingerprint``);
 * the fixed code runs ``--fixed`` schedules, cycling over ``FIXED_MIX`` (one engine plain, with
   bf16 index-K and in overlap mode under HiCache load-back delays; a PD pair in each of real
-  mode's five shapes) and over both strategies (random walk, PCT), seed ``i`` for schedule ``i``.
-  Any anomaly (``SimRun.failed``) is a failure; the target is 0.
+  mode's five shapes, and with a 200 us timing quantum) and over both strategies (random walk,
+  PCT), seed ``i`` for schedule ``i``. Any anomaly (``SimRun.failed``) is a failure; the
+  target is 0.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import multiprocessing
 import time
 from dataclasses import dataclass
 
-from bench import sim_pd
+from bench import sim_pd, sim_rare
 from bench.table import TableRow
 from engine.patches import RARE, ZOO
 from workbench import sim
@@ -31,15 +33,19 @@ from workbench.shapes import SWEEP_ORDER
 
 log = logging.getLogger(__name__)
 SMALL = sim.Workload(sessions=2, max_tokens=16)
-ONE_ENGINE: dict[str, tuple[tuple[str, ...], str]] = {
-    "index-K race, bf16": (("bf16_index_k", "hicache_index_k_no_wait"), "random"),
-    "index-K race, overlap": (("hicache_index_k_no_wait", "overlap_schedule"), "random"),
-    **{f"{bug} (rare)": ((bug,), "pct") for bug in RARE},
+RACE_WORKLOAD = sim.Workload(sessions=2)
+EXPLORED: dict[str, tuple[tuple[str, ...], str, sim.Workload]] = {
+    "index-K race, bf16": (("bf16_index_k", "hicache_index_k_no_wait"), "random", RACE_WORKLOAD),
+    "index-K race, overlap": (("hicache_index_k_no_wait", "overlap_schedule"), "random",
+                              RACE_WORKLOAD),
+    **{f"{bug} (rare)": ((bug,), "pct", sim_rare.CASES[bug][0]) for bug in RARE},
 }
-CASES = (*ZOO, *ONE_ENGINE)
+"""Failing cases beyond the zoo: name -> (patches, strategy, workload), explored seed by seed."""
+CASES = (*ZOO, *EXPLORED)
 FIXED_MIX: tuple[tuple[tuple[str, ...], sim.Workload], ...] = (
     ((), SMALL), (("bf16_index_k",), SMALL), (("overlap_schedule",), SMALL),
     *(((), sim.Workload.of_shape(s, sessions=3, max_tokens=16)) for s in SWEEP_ORDER),
+    ((), sim_rare.CASES["prealloc_parked_after_check"][0]),
 )
 STRATEGIES = ("random", "pct")
 
@@ -91,17 +97,19 @@ def _case(name: str, replays: int) -> CaseRow:
         r = sim_pd.sweep(name, seeds=3, replays=replays)
         return CaseRow(name, r.seed, r.shape or "", r.schedules, r.anomaly, r.replays_identical,
                        r.replays, r.seconds)
-    patches, strategy = ONE_ENGINE[name]
+    patches, strategy, workload = EXPLORED[name]
     t0 = time.perf_counter()
-    found = sim.explore(patches, seeds=range(1000), workload=sim.Workload(sessions=2),
-                        strategy=strategy, progress=False)
+    found = sim.explore(patches, seeds=range(1000), workload=workload, strategy=strategy,
+                        progress=False)
     got = found.first_failure
     if got is None:
         return CaseRow(name, None, "", len(found.runs), "", 0, 0,
                        round(time.perf_counter() - t0, 1))
     same = sum(sim.run(patches, got.seed, got.workload, strategy, True).fingerprint
                == got.fingerprint for _ in range(replays))
-    return CaseRow(name, got.seed, f"one engine 2x2, {strategy}", len(found.runs),
+    where = "PD pair" if workload.pd else "one engine"
+    return CaseRow(name, got.seed, f"{where} {workload.sessions}x{workload.turns}, {strategy}",
+                   len(found.runs),
                    sim_pd.describe(got), same, replays, round(time.perf_counter() - t0, 1))
 
 

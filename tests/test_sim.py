@@ -107,9 +107,9 @@ def test_simulated_trials_bisect_and_ddmin_name_the_race(tmp_path):
 def test_pct_finds_the_rare_interleaving_and_the_fixed_loader_never_fails():
     from engine.patches import RARE, ZOO
 
-    assert RARE == ("hicache_v_after_counter",) and not set(RARE) & set(ZOO)
+    assert "hicache_v_after_counter" in RARE and not set(RARE) & set(ZOO)
     w = sim.Workload(sessions=2)
-    found = sim.explore(RARE, seeds=range(40), workload=w, strategy="pct",
+    found = sim.explore(["hicache_v_after_counter"], seeds=range(40), workload=w, strategy="pct",
                         progress=False).first_failure
     assert found is not None and found.result.summary.ref_mismatch > 0
     assert any(d.label.startswith("loader.published") for d in found.trace)

@@ -95,25 +95,36 @@ class PrefillEngine(Engine):
         Raises ``RejectedPrealloc`` (``engine.disagg.control.check_prealloc``) and keeps nothing
         for a prealloc naming an unknown peer or another live room's pages."""
         failed = self.states.get(msg.room) is RoomState.FAILED
+        split = self.cfg.has("prealloc_parked_after_check")
         with self._lock:
             held = {r.room: r.prealloc for r in self.rooms.values() if r.prealloc is not None}
             check_prealloc(msg, set(self.peers), held)
             room = self.rooms.get(msg.room)
-            if room is None and not failed:
-                self.early[msg.room] = msg
-                while len(self.early) > MAX_EARLY_PREALLOCS:
-                    self.early.popitem(last=False)
+            early = room is None and not failed
+            if early and not split:
+                self._park(msg)
                 return
             if room is not None:
                 if room.prealloc is not None:
                     raise RejectedPrealloc(f"room {msg.room} is already preallocated")
                 room.prealloc = msg
+        if early:  # prealloc_parked_after_check: the room may have been registered meanwhile
+            self.runtime.point(f"prefill parks prealloc {msg.room}")
+            with self._lock:
+                self._park(msg)
+            return
         if room is None:
             self._notify_failed(msg)
         elif self.states.update(msg.room, RoomState.WAITING_FOR_INPUT) is RoomState.FAILED:
             self.call_soon(lambda: self._abort_on_loop(room))
         else:
             self.submit(room.seq)
+
+    def _park(self, msg: Prealloc) -> None:
+        """Keeps (bounded) a prealloc that came before its room's request (lock held)."""
+        self.early[msg.room] = msg
+        while len(self.early) > MAX_EARLY_PREALLOCS:
+            self.early.popitem(last=False)
 
     def abort_room(self, room_id: int, reason: str) -> None:
         """Fails ``room_id``; a decode that already preallocated for it (even before this

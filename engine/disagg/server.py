@@ -76,7 +76,7 @@ class PrefillServer(ChatServer):
         except (KeyError, TypeError, ValueError) as exc:
             raise HTTPException(400, f"prealloc: bad body ({exc!r})") from None
         try:
-            self.engine.on_prealloc(msg)
+            await asyncio.to_thread(self.engine.on_prealloc, msg)
         except RejectedPrealloc as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         return {"ok": True}

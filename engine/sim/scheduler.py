@@ -6,6 +6,10 @@ baton to the thread the strategy picks among the eligible ones (runnable, woken 
 or whose wait predicate now holds); when none is eligible, virtual time jumps to the earliest
 sleeper. Given the same seed, strategy and code, the sequence of decisions is the same, and so is
 everything the threads compute: a failing seed fails forever. ``trace`` records every decision.
+
+``quantum`` is the timing uncertainty: a sleeper due within ``quantum`` of now is eligible too
+(picked, it moves the clock to its due time), so events that real time would order by a few
+microseconds of jitter are ordered by the strategy instead. 0 keeps virtual time exact.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ class Strategy:
 class RandomWalk(Strategy):
     """Uniform choice at every decision."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, horizon: int = 0) -> None:
         self.rng = random.Random(f"walk:{seed}")
 
     def choose(self, eligible: list[_Thread], step: int) -> _Thread:
@@ -74,9 +78,11 @@ class PCT(Strategy):
     """Probabilistic concurrency testing (Burckhardt et al.): random distinct thread priorities,
     the highest eligible runs; at ``depth - 1`` random steps in ``[0, horizon)`` the chosen
     thread drops below every other. Finds a bug of depth ``d`` with probability >= 1/(n k^(d-1))
-    per schedule."""
+    per schedule, ``k`` being ``horizon``: about one schedule's decisions."""
 
-    def __init__(self, seed: int, depth: int = 3, horizon: int = 4000) -> None:
+    def __init__(self, seed: int, horizon: int = 4000, depth: int = 3) -> None:
+        if horizon < depth:
+            raise ValueError(f"PCT horizon {horizon} must be >= its depth {depth}")
         self.rng = random.Random(f"pct:{seed}")
         self.changes = set(self.rng.sample(range(horizon), depth - 1))
         self.prio: dict[str, float] = {}
@@ -93,17 +99,22 @@ class PCT(Strategy):
         return best
 
 
-STRATEGIES: dict[str, Callable[[int], Strategy]] = {"random": RandomWalk, "pct": PCT}
+STRATEGIES: dict[str, Callable[[int, int], Strategy]] = {"random": RandomWalk, "pct": PCT}
+"""name -> ``factory(seed, horizon)``."""
 
 
 class SimRuntime(Runtime):
     """The deterministic ``Runtime``; ``run(main)`` simulates until ``main`` returns."""
 
-    def __init__(self, seed: int, strategy: str = "random", max_steps: int = 1_000_000) -> None:
+    def __init__(self, seed: int, strategy: str = "random", max_steps: int = 1_000_000,
+                 quantum: float = 0.0, horizon: int = 4000) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; valid: {sorted(STRATEGIES)}")
-        self.strategy = STRATEGIES[strategy](seed)
+        if not 0.0 <= quantum < math.inf:
+            raise ValueError(f"quantum must be a finite number of seconds >= 0, not {quantum}")
+        self.strategy = STRATEGIES[strategy](seed, horizon)
         self.max_steps = max_steps
+        self.quantum = quantum
         self.now = 0.0
         self.trace: list[Decision] = []
         self._threads: list[_Thread] = []
@@ -171,7 +182,7 @@ class SimRuntime(Runtime):
         for t in self._threads:
             if t.done:
                 continue
-            timed_out = t.wake_at is not None and t.wake_at <= self.now
+            timed_out = t.wake_at is not None and t.wake_at <= self.now + self.quantum
             if (t.pred is None and (t.wake_at is None or timed_out)) or \
                     (t.pred is not None and (timed_out or t.pred())):
                 out.append(t)
@@ -186,7 +197,11 @@ class SimRuntime(Runtime):
                                   f"{[t.name for t in self._threads if not t.done]}")
             self.now = min(sleepers)
             eligible = self._eligible()
-        return self.strategy.choose(eligible, len(self.trace))
+        nxt = self.strategy.choose(eligible, len(self.trace))
+        if nxt.wake_at is not None and nxt.wake_at > self.now and \
+                (nxt.pred is None or not nxt.pred()):  # due within the quantum: its time comes
+            self.now = nxt.wake_at
+        return nxt
 
     def _switch(self, me: _Thread, label: str, wait: bool = True) -> None:
         if self._closed:  # the simulation ended: nothing may decide (or run) any more

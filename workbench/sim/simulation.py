@@ -44,7 +44,8 @@ def run(patches: Iterable[str] = (), seed: int = 0, workload: Workload = DEFAULT
     for a patch variant the simulation cannot drive."""
     patches = check_simulated(patches, workload.pd)
     cfg = workload.config(patches)
-    sim = SimRuntime(seed, strategy)
+    sim = SimRuntime(seed, strategy, quantum=workload.time_quantum_us * 1e-6,
+                     horizon=workload.pct_horizon)
     system = PDSimulation if workload.pd else EngineSimulation
     state = system(cfg, workload, sim, seed, stop_at_flag)
     t0 = time.perf_counter()

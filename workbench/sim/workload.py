@@ -4,6 +4,7 @@ which patch variants the simulation can drive (``SIMULATED``, ``SIMULATED_PD``).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_inde
 SIMULATED_PD = SIMULATED | {"abort_orphan_transfer_entry", "aux_read_before_landed",
                             "aux_slot_double_free", "index_k_scale_not_sent",
                             "late_notification_recreates_room", "late_write_after_abort",
+                            "prealloc_parked_after_check",
                             "sender_stale_prefix_pages", "transfer_timeout_leaks_room"}
 """Also those of the PD transfer layer and control plane (``Workload(pd=True)``). Every patch
 variant of ``engine.patches`` is simulated; an unknown name raises rather than passing."""
@@ -53,7 +55,12 @@ class Workload:
     ``kill_fraction`` of the requests (chosen per session from
     ``load_seed``) are abandoned by their client ``[0, kill_window_s)`` virtual seconds after
     dispatch; a request unanswered after ``request_timeout_s`` is an error (a wedge); after the
-    load, the pair gets ``drain_s`` to settle before what stayed is counted."""
+    load, the pair gets ``drain_s`` to settle before what stayed is counted.
+    ``time_quantum_us``: the scheduler's timing uncertainty (``SimRuntime(quantum=)``): a thread
+    due that close to now may run first, so latencies that real jitter reorders are reordered by
+    the strategy (0: exact virtual time). ``pct_horizon``: PCT's ``k``, best about the decisions
+    of one schedule (``len(SimRun.trace)``): a bug of depth ``d`` is found with probability
+    >= 1/(threads * k^(d-1)) per schedule."""
 
     sessions: int = 6
     turns: int = 2
@@ -74,12 +81,16 @@ class Workload:
     drain_s: float = 40.0
     expect_aborts: bool = False  # as ``Shape.expect_aborts``: KV timeouts are provoked
     judge: int = 2  # rooms whose buffers are compared with the reference (needs debug_capture)
+    time_quantum_us: float = 0.0  # timing jitter: events this close are ordered by the strategy
+    pct_horizon: int = 4000  # PCT's change points fall in this many first decisions
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or self.max_tokens < 1:
             raise ValueError("sessions, turns and max_tokens must be >= 1")
         if not 0 <= self.kill_fraction <= 1 or self.transfer_queue < 1:
             raise ValueError("kill_fraction must be in [0, 1] and transfer_queue >= 1")
+        if not 0 <= self.time_quantum_us < math.inf:
+            raise ValueError("time_quantum_us must be a finite number >= 0")
         if self.kill_fraction and not self.pd:
             raise ValueError("kills are simulated in a PD pair only (pd=True)")
 
