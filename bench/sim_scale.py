@@ -12,9 +12,9 @@ Run ``python -m bench.sim_scale [--fixed 10000] [--replays 100] [--workers 2]``.
   decision trace and the same tokens (``SimRun.fingerprint``);
 * the fixed code runs ``--fixed`` schedules, cycling over ``FIXED_MIX`` (one engine plain, with
   bf16 index-K and in overlap mode under HiCache load-back delays; a PD pair in each of real
-  mode's five shapes, and with a 200 us timing quantum) and over both strategies (random walk,
-  PCT), seed ``i`` for schedule ``i``. Any anomaly (``SimRun.failed``) is a failure; the
-  target is 0.
+  mode's five shapes, and with a 200 us timing quantum; one engine whose host tier fills) and
+  over both strategies (random walk, PCT), seed ``i`` for schedule ``i``. Any anomaly
+  (``SimRun.failed``) is a failure; the target is 0.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ FIXED_MIX: tuple[tuple[tuple[str, ...], sim.Workload], ...] = (
     ((), SMALL), (("bf16_index_k",), SMALL), (("overlap_schedule",), SMALL),
     *(((), sim.Workload.of_shape(s, sessions=3, max_tokens=16)) for s in SWEEP_ORDER),
     ((), sim_rare.CASES["prealloc_parked_after_check"][0]),
+    ((), sim.Workload(sessions=4, max_tokens=16, engine={  # a full host tier: eviction drops
+        "hicache": True, "hicache_offload_on_finish": True, "num_pages": 64,
+        "hicache_host_pages": 8})),
 )
 STRATEGIES = ("random", "pct")
 

@@ -153,6 +153,22 @@ def test_hicache_load_back_matches_reference():
     assert out == Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)
 
 
+def test_a_full_host_tier_never_wedges_the_device_pool():
+    """Found by 50 real bursts: once the host tier was full, eviction freed no device page and
+    a PD prefill stopped admitting at burst 37 (its 512 device pages all cached)."""
+    eng = small_engine(hicache=True, hicache_offload_on_finish=True, num_pages=40,
+                       hicache_host_pages=6, faults={"seed": 1})
+    ref = Reference(eng.model, eng.cfg)
+    for i, p in enumerate(prompts(16, seed=5)):
+        p = p + [7] * (12 + i)  # several pages each: far more than the host tier holds
+        assert eng.generate(p, SamplingParams(max_tokens=4)) == \
+            ref.generate(p, 4, eng.tokenizer.eos_id)
+    assert eng.cache.host.alloc.num_free <= 6
+    assert eng.allocator.num_free + eng.cache.num_pages == eng.allocator.num_pages
+    second, out = two_turns(eng)  # load-back still works beside a full host tier
+    assert out == ref.generate(second, 8, eng.tokenizer.eos_id)
+
+
 @pytest.mark.parametrize("patches", ["", "hicache_index_k_no_wait"])
 def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
     eng = hicache_engine(patches, hicache_ns_per_byte=20000.0)

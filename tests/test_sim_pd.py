@@ -5,6 +5,7 @@ seeds replay bit for bit; the fixed code passes the same schedules."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 import torch
 
@@ -133,3 +134,9 @@ def test_pct_finds_the_lost_prealloc_wakeup_that_real_mode_rarely_hits():
     fixed = sim.explore((), seeds=range(found.seed - 20, found.seed + 1), workload=w,
                         strategy="pct", stop_on_failure=False, progress=False)
     assert not fixed.failures
+    small = sim.shrink_schedule(found, max_schedules=40)
+    assert small.smallest.failed and small.smallest.guide is not None
+    assert len(small.smallest.preemptions) < len(found.preemptions), small.describe()
+    parks = small.schedule.filter(pl.col("at").str.starts_with("prefill parks prealloc"))
+    assert parks.height == 1 and parks["preempted"][0].startswith("bootstrap")  # the window
+    sim.replay(small.smallest)

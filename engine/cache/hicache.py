@@ -244,23 +244,55 @@ class HiRadixCache(RadixCache):
         return self.loader.submit(job)
 
     def evict(self, num_pages: int) -> int:
-        """Moves up to ``num_pages`` LRU device pages held only by the tree to host memory."""
+        """Frees up to ``num_pages`` LRU device pages held only by the tree, moving each to host
+        memory. A full host tier makes room first (``_free_host``); a device leaf that still
+        cannot be backed up leaves the tree (its prefix is recomputed when next asked for), so
+        eviction always frees what it may: a full host tier never wedges the device pool."""
+        moved = 0
+        while moved < num_pages:  # a leaf that left the tree may make its parent the next one
+            freed = self._evict_pass(num_pages - moved)
+            if not freed:
+                break
+            moved += freed
+        return moved
+
+    def _evict_pass(self, num_pages: int) -> int:
         victims = sorted((n for n in self._nodes() if n.page is not None
                           and self.alloc.refcount[n.page] == 1
                           and (n.job is None or n.job.done)),
-                         key=lambda n: n.last_access)[:num_pages]
+                         key=lambda n: n.last_access)
         moved = 0
         for node in victims:
-            if node.host_page is None and not self._backup(node):
+            if moved == num_pages:
                 break
+            if node.host_page is None and not self._backup(node):
+                if node.children:
+                    continue  # an inner page without a host copy stays: its subtree needs it
+                del node.parent.children[node.key]
             self.alloc.free([node.page])
             node.page, node.job = None, None
             self.num_pages -= 1
             moved += 1
         return moved
 
+    def _free_host(self) -> bool:
+        """Frees one host page: the LRU host-only leaf leaves the tree, else the LRU host copy
+        of a page also on the device is dropped. False when no host page can go."""
+        nodes = list(self._nodes())
+        leaves = [n for n in nodes if n.page is None and n.host_page is not None
+                  and not n.children]
+        copies = [n for n in nodes if n.page is not None and n.host_page is not None]
+        pick = min(leaves or copies, key=lambda n: n.last_access, default=None)
+        if pick is None:
+            return False
+        if pick.page is None:
+            del pick.parent.children[pick.key]
+        self.host.alloc.free([pick.host_page])
+        pick.host_page = None
+        return True
+
     def _backup(self, node: _Node) -> bool:
-        if self.host.alloc.num_free == 0:
+        if self.host.alloc.num_free == 0 and not self._free_host():
             return False
         node.host_page = self.host.alloc.alloc(1)[0]
         for name in self.backup_names:  # every buffer, unless index_k_not_backed_up

@@ -4,8 +4,8 @@
 workloads on them."""
 
 from engine.sim.bootstrap import SimBootstrap
-from engine.sim.scheduler import STRATEGIES, Decision, SimDeadlock, SimRuntime
+from engine.sim.scheduler import STRATEGIES, Decision, Guided, SimDeadlock, SimRuntime, Strategy
 from engine.sim.transfer import Fabric, SimEndpoint
 
-__all__ = ["STRATEGIES", "Decision", "Fabric", "SimBootstrap", "SimDeadlock", "SimEndpoint",
-           "SimRuntime"]
+__all__ = ["STRATEGIES", "Decision", "Fabric", "Guided", "SimBootstrap", "SimDeadlock",
+           "SimEndpoint", "SimRuntime", "Strategy"]

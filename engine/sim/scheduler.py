@@ -39,12 +39,15 @@ class SimExit(BaseException):
 @dataclass(frozen=True)
 class Decision:
     """The ``step``-th scheduling decision: ``thread`` runs next, at virtual time ``now``;
-    ``label`` is the seam the previous thread yielded at."""
+    ``label`` is the seam the previous thread (``yielded``) yielded at; ``preempted``: it could
+    have gone on running and another thread was chosen (a context switch the schedule forced)."""
 
     step: int
     thread: str
     label: str
     now: float
+    yielded: str = ""
+    preempted: bool = False
 
 
 @dataclass(eq=False)
@@ -58,10 +61,28 @@ class _Thread:
 
 
 class Strategy:
-    """Picks the next thread among the eligible ones (sorted by creation order)."""
+    """Picks the next thread among the eligible ones (sorted by creation order); ``current`` is
+    the thread that yielded (it may or may not be eligible)."""
 
-    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+    def choose(self, eligible: list[_Thread], step: int, current: _Thread) -> _Thread:
         raise NotImplementedError
+
+
+class Guided(Strategy):
+    """Follows a schedule: at step ``i`` the thread named ``choices[i]`` when it is eligible;
+    otherwise (a ``None`` choice, an ineligible name, past the end) no preemption: the current
+    thread goes on if it can, else the first eligible one. ``Guided(run.trace threads)`` replays
+    a run; a guide with fewer names forces fewer context switches."""
+
+    def __init__(self, choices: tuple[str | None, ...]) -> None:
+        self.choices = choices
+
+    def choose(self, eligible: list[_Thread], step: int, current: _Thread) -> _Thread:
+        want = self.choices[step] if step < len(self.choices) else None
+        named = next((t for t in eligible if t.name == want), None) if want else None
+        if named is not None:
+            return named
+        return current if current in eligible else eligible[0]
 
 
 class RandomWalk(Strategy):
@@ -70,7 +91,7 @@ class RandomWalk(Strategy):
     def __init__(self, seed: int, horizon: int = 0) -> None:
         self.rng = random.Random(f"walk:{seed}")
 
-    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+    def choose(self, eligible: list[_Thread], step: int, current: _Thread) -> _Thread:
         return eligible[self.rng.randrange(len(eligible))]
 
 
@@ -88,7 +109,7 @@ class PCT(Strategy):
         self.prio: dict[str, float] = {}
         self.low = 0.0
 
-    def choose(self, eligible: list[_Thread], step: int) -> _Thread:
+    def choose(self, eligible: list[_Thread], step: int, current: _Thread) -> _Thread:
         for t in eligible:
             self.prio.setdefault(t.name, 1.0 + self.rng.random())
         best = max(eligible, key=lambda t: self.prio[t.name])
@@ -106,13 +127,15 @@ STRATEGIES: dict[str, Callable[[int, int], Strategy]] = {"random": RandomWalk, "
 class SimRuntime(Runtime):
     """The deterministic ``Runtime``; ``run(main)`` simulates until ``main`` returns."""
 
-    def __init__(self, seed: int, strategy: str = "random", max_steps: int = 1_000_000,
-                 quantum: float = 0.0, horizon: int = 4000) -> None:
-        if strategy not in STRATEGIES:
+    def __init__(self, seed: int, strategy: str | Strategy = "random",
+                 max_steps: int = 1_000_000, quantum: float = 0.0, horizon: int = 4000) -> None:
+        """``strategy``: a name of ``STRATEGIES`` (seeded by ``seed``) or a ``Strategy``."""
+        if isinstance(strategy, str) and strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; valid: {sorted(STRATEGIES)}")
         if not 0.0 <= quantum < math.inf:
             raise ValueError(f"quantum must be a finite number of seconds >= 0, not {quantum}")
-        self.strategy = STRATEGIES[strategy](seed, horizon)
+        self.strategy = (STRATEGIES[strategy](seed, horizon) if isinstance(strategy, str)
+                         else strategy)
         self.max_steps = max_steps
         self.quantum = quantum
         self.now = 0.0
@@ -188,7 +211,8 @@ class SimRuntime(Runtime):
                 out.append(t)
         return out
 
-    def _pick(self) -> _Thread:
+    def _pick(self, me: _Thread) -> tuple[_Thread, bool]:
+        """The next thread, and whether choosing it preempted ``me``."""
         eligible = self._eligible()
         if not eligible:
             sleepers = [t.wake_at for t in self._threads if not t.done and t.wake_at is not None]
@@ -197,11 +221,11 @@ class SimRuntime(Runtime):
                                   f"{[t.name for t in self._threads if not t.done]}")
             self.now = min(sleepers)
             eligible = self._eligible()
-        nxt = self.strategy.choose(eligible, len(self.trace))
+        nxt = self.strategy.choose(eligible, len(self.trace), me)
         if nxt.wake_at is not None and nxt.wake_at > self.now and \
                 (nxt.pred is None or not nxt.pred()):  # due within the quantum: its time comes
             self.now = nxt.wake_at
-        return nxt
+        return nxt, nxt is not me and me in eligible
 
     def _switch(self, me: _Thread, label: str, wait: bool = True) -> None:
         if self._closed:  # the simulation ended: nothing may decide (or run) any more
@@ -211,12 +235,13 @@ class SimRuntime(Runtime):
             self._finished.set()
             raise SimExit
         try:
-            nxt = self._pick()
+            nxt, preempted = self._pick(me)
         except SimDeadlock as exc:
             self._error = self._error or exc
             self._finished.set()
             raise SimExit from None
-        self.trace.append(Decision(len(self.trace), nxt.name, label, self.now))
+        self.trace.append(Decision(len(self.trace), nxt.name, label, self.now, me.name,
+                                   preempted))
         if nxt is me:
             return
         nxt.go.set()

@@ -1,11 +1,16 @@
 """Shrinking a simulated failure: the smallest workload and schedule that still fail.
 
-``shrink(failing)`` takes a flagged ``workbench.sim.SimRun`` and greedily reduces its workload,
+``shrink(failing)`` takes a failing ``workbench.sim.SimRun`` and greedily reduces its workload,
 one dimension at a time (sessions, turns, tokens per response): each smaller workload is tried
 on the original seed and then on ``tries - 1`` further seeds (a smaller workload is a different
 schedule space, so the original seed need not fail there); the first failing one is kept and
-the dimension is reduced again. Every schedule stops at its first flag, so the decisions after
-the failure are cut as well. The result is a failing ``SimRun`` that replays exactly, like any
+the dimension is reduced again. Every schedule stops at its first flag.
+
+Then the schedule itself (``shrink_schedule``): the run is replayed from its decisions as a
+guide (``engine.sim.Guided``), the shortest guided prefix that still fails is searched (past it
+no thread is preempted), and the preemptions left in that prefix are dropped one by one, latest
+first, while the failure stays. What remains are the context switches the failure needs
+(``SimRun.preemptions``). The result is a failing ``SimRun`` that replays exactly, like any
 other, with the history of every attempt.
 """
 
@@ -22,13 +27,15 @@ from workbench.sim.workload import SimRun, Workload
 
 log = logging.getLogger(__name__)
 DIMENSIONS = ("sessions", "turns", "max_tokens")  # reduced in this order, each to its floor
+PREFIX, PREEMPTION = "guided prefix", "preemption dropped"  # the schedule's ShrinkStep dimensions
 FLOOR = {"sessions": 1, "turns": 1, "max_tokens": 1}
 
 
 @dataclass(frozen=True)
 class ShrinkStep:
-    """One attempt: the workload dimension reduced, its new value, the seed tried, whether that
-    schedule failed, and its decision count."""
+    """One attempt: the workload dimension reduced (or ``PREFIX``: the guided decisions kept,
+    ``PREEMPTION``: the decision whose preemption was dropped), its new value, the seed tried,
+    whether that schedule failed, and its decision count."""
 
     dimension: str
     value: int
@@ -54,9 +61,23 @@ class Shrunk:
     def describe(self) -> str:
         a, b = self.original, self.smallest
         return (f"{a.workload.sessions}x{a.workload.turns}x{a.workload.max_tokens} seed {a.seed} "
-                f"({len(a.trace)} decisions) -> {b.workload.sessions}x{b.workload.turns}x"
-                f"{b.workload.max_tokens} seed {b.seed} ({len(b.trace)} decisions) in "
+                f"({len(a.trace)} decisions, {len(a.preemptions)} preemptions) -> "
+                f"{b.workload.sessions}x{b.workload.turns}x{b.workload.max_tokens} seed {b.seed} "
+                f"({len(b.trace)} decisions{_guided(b)}, {len(b.preemptions)} preemptions) in "
                 f"{len(self.steps)} schedules")
+
+    @property
+    def schedule(self) -> pl.DataFrame:
+        """The context switches the smallest failing run needs: one row per preemption."""
+        return pl.DataFrame([{"step": d.step, "at": d.label, "preempted": d.yielded,
+                              "runs": d.thread, "now_us": round(d.now * 1e6, 1)}
+                             for d in self.smallest.preemptions],
+                            schema={"step": pl.Int64, "at": pl.Utf8, "preempted": pl.Utf8,
+                                    "runs": pl.Utf8, "now_us": pl.Float64})
+
+
+def _guided(r: SimRun) -> str:
+    return "" if r.guide is None else f", the first {len(r.guide)} guided"
 
 
 def _smaller(value: int, floor: int, hint: int | None = None) -> list[int]:
@@ -80,10 +101,12 @@ def _token_hint(failing: SimRun) -> int | None:
     return max(needs) if needs else None
 
 
-def shrink(failing: SimRun, tries: int = 4, max_schedules: int = 200) -> Shrunk:
-    """Reduces ``failing`` (a flagged run) to a smaller failing run; ``tries`` seeds per
-    candidate workload (the original seed first), at most ``max_schedules`` schedules in all.
-    Raises ValueError when ``failing`` did not fail."""
+def shrink(failing: SimRun, tries: int = 4, max_schedules: int = 200,
+           schedule: bool = True) -> Shrunk:
+    """Reduces ``failing`` (a run with an anomaly) to a smaller failing run; ``tries`` seeds per
+    candidate workload (the original seed first), then (``schedule``) its decisions
+    (``shrink_schedule``), at most ``max_schedules`` schedules in all. Raises ValueError when
+    ``failing`` did not fail."""
     if not failing.failed:
         raise ValueError("shrink needs a failing run (one with an anomaly)")
     best, steps, tried = failing, [], set()
@@ -98,8 +121,48 @@ def shrink(failing: SimRun, tries: int = 4, max_schedules: int = 200) -> Shrunk:
                 if got is not None:
                     best, improved = got, True
                     break
+    if schedule:
+        best = _shrink_schedule(best, max_schedules, steps)
     log.info("shrink: %s", Shrunk(failing, best, tuple(steps)).describe())
     return Shrunk(failing, best, tuple(steps))
+
+
+def shrink_schedule(failing: SimRun, max_schedules: int = 60) -> Shrunk:
+    """Reduces the decisions of ``failing`` (same workload and seed): the shortest guided prefix
+    that still fails, then as few preemptions in it as still fail. ValueError unless failing."""
+    if not failing.failed:
+        raise ValueError("shrink_schedule needs a failing run (one with an anomaly)")
+    steps: list[ShrinkStep] = []
+    best = _shrink_schedule(failing, max_schedules, steps)
+    return Shrunk(failing, best, tuple(steps))
+
+
+def _shrink_schedule(best: SimRun, max_schedules: int, steps: list[ShrinkStep]) -> SimRun:
+    def attempt(guide: tuple[str | None, ...], dim: str, value: int) -> SimRun | None:
+        if len(steps) >= max_schedules:
+            return None
+        got = run(best.patches, best.seed, best.workload, best.strategy, True, guide)
+        steps.append(ShrinkStep(dim, value, best.seed, got.failed, len(got.trace)))
+        return got if got.failed else None
+
+    choices = tuple(d.thread for d in best.trace)
+    lo, hi = 0, len(choices)  # the whole guide fails (it replays ``best``)
+    while lo < hi and len(steps) < max_schedules:
+        mid = (lo + hi) // 2
+        got = attempt(choices[:mid], PREFIX, mid)
+        if got is not None:
+            best, hi = got, mid
+        else:
+            lo = mid + 1
+    guide = list(best.guide or choices[:hi])
+    for d in reversed(best.preemptions):
+        if d.step >= len(guide) or len(steps) >= max_schedules:
+            continue
+        trial = tuple(guide[:d.step]) + (None,) + tuple(guide[d.step + 1:])
+        got = attempt(trial, PREEMPTION, d.step)
+        if got is not None:
+            best, guide = got, list(trial)
+    return best
 
 
 def _first_failing(best: SimRun, workload: Workload, dim: str, value: int, tries: int,

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.sim import SimRuntime
+from engine.sim import Guided, SimRuntime
 from workbench.concurrency import load_result
 from workbench.progress import Progress
 from workbench.sim.pd import PDSimulation
@@ -37,15 +37,18 @@ log = logging.getLogger(__name__)
 
 
 def run(patches: Iterable[str] = (), seed: int = 0, workload: Workload = DEFAULT_WORKLOAD,
-        strategy: str = "random", stop_at_flag: bool = False) -> SimRun:
+        strategy: str = "random", stop_at_flag: bool = False,
+        guide: tuple[str | None, ...] | None = None) -> SimRun:
     """One schedule of ``workload`` on the code with ``patches``, chosen by ``seed`` and
-    ``strategy`` (``"random"`` walk or ``"pct"``); the same arguments give the same run. With
-    ``stop_at_flag`` no session starts a request after the first flagged response. ValueError
-    for a patch variant the simulation cannot drive."""
+    ``strategy`` (``"random"`` walk or ``"pct"``), or by ``guide`` when given (``engine.sim.
+    Guided``: thread names per decision, no preemption elsewhere; the seed still orders the
+    router's dispatch); the same arguments give the same run. With ``stop_at_flag`` no session
+    starts a request after the first flagged response. ValueError for a patch variant the
+    simulation cannot drive."""
     patches = check_simulated(patches, workload.pd)
     cfg = workload.config(patches)
-    sim = SimRuntime(seed, strategy, quantum=workload.time_quantum_us * 1e-6,
-                     horizon=workload.pct_horizon)
+    sim = SimRuntime(seed, strategy if guide is None else Guided(guide),
+                     quantum=workload.time_quantum_us * 1e-6, horizon=workload.pct_horizon)
     system = PDSimulation if workload.pd else EngineSimulation
     state = system(cfg, workload, sim, seed, stop_at_flag)
     t0 = time.perf_counter()
@@ -57,7 +60,7 @@ def run(patches: Iterable[str] = (), seed: int = 0, workload: Workload = DEFAULT
     result = load_result(records, wall)
     return SimRun(patches, seed, strategy, workload, stop_at_flag, result, tuple(sim.trace),
                   tokens, round(wall, 3), round(state.forward_s, 3),
-                  state.judge(result.requests))
+                  state.judge(result.requests), guide)
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def replay(original: SimRun) -> SimRun:
     """Runs ``original``'s schedule again; raises ``ReplayDiverged`` unless every decision and
     every token is identical."""
     again = run(original.patches, original.seed, original.workload, original.strategy,
-                original.stop_at_flag)
+                original.stop_at_flag, original.guide)
     if again.fingerprint != original.fingerprint:
         raise ReplayDiverged(f"seed {original.seed}: {original.fingerprint} then "
                              f"{again.fingerprint}")

@@ -129,7 +129,10 @@ class EngineSimulation:
                                                 seed=i), sink=events.append)
         self.sim.point(f"client{i} submits")
         self.engine.submit(seq)
-        self.sim.wait_for(None, lambda: seq.finish_reason is not None, math.inf)
+        limit = self.w.request_timeout_s
+        if not self.sim.wait_for(None, lambda: seq.finish_reason is not None, limit):
+            self.engine.abort(rid)  # the client gives up; a wedged engine is an error, not a hang
+            return Served(seq, error=f"no response within {limit:g} s (virtual)")
         return Served(seq)
 
     def _request(self, i: int, turn: int, kind: str, messages: list[dict], tools: list[dict],

@@ -154,6 +154,12 @@ class SimRun:
     wall_s: float
     forward_s: float
     evidence: SimEvidence = SimEvidence()
+    guide: tuple[str | None, ...] | None = None  # the schedule, when it was guided (shrunk)
+
+    @property
+    def preemptions(self) -> tuple[Decision, ...]:
+        """The decisions that switched away from a thread that could have gone on."""
+        return tuple(d for d in self.trace if d.preempted)
 
     @property
     def flagged(self) -> int:
