@@ -118,6 +118,31 @@ def test_quantum_lets_the_strategy_order_events_due_within_it():
         SimRuntime(0, quantum=-1.0)
 
 
+def test_a_guide_replays_a_schedule_and_preempts_only_where_it_names_a_thread():
+    from engine.sim import Guided
+
+    def play(strategy) -> tuple[list[str], SimRuntime]:
+        rt, seen = SimRuntime(9, strategy), []
+
+        def worker(name: str) -> None:
+            for k in range(3):
+                seen.append(f"{name}{k}")
+                rt.point(f"{name} {k}")
+
+        def main() -> None:
+            for name in "ab":
+                rt.start_thread(lambda n=name: worker(n), name)
+            rt.sleep(1.0)
+        rt.run(main, wall_timeout_s=30)
+        return seen, rt
+    walked, rt = play("random")
+    again, rt2 = play(Guided(tuple(d.thread for d in rt.trace)))
+    assert again == walked and rt2.trace == rt.trace  # its own trace as a guide replays it
+    calm, rt3 = play(Guided(()))  # no names: nobody is preempted
+    assert calm == ["a0", "a1", "a2", "b0", "b1", "b2"] and not any(d.preempted for d in rt3.trace)
+    assert sum(d.preempted for d in rt.trace) > 0
+
+
 @pytest.mark.slow
 def test_pct_finds_the_lost_prealloc_wakeup_that_real_mode_rarely_hits():
     from bench.sim_rare import CASES

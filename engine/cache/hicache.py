@@ -281,7 +281,8 @@ class HiRadixCache(RadixCache):
         nodes = list(self._nodes())
         leaves = [n for n in nodes if n.page is None and n.host_page is not None
                   and not n.children]
-        copies = [n for n in nodes if n.page is not None and n.host_page is not None]
+        copies = [n for n in nodes if n.page is not None and n.host_page is not None
+                  and (n.job is None or n.job.done)]  # a loading page still reads its copy
         pick = min(leaves or copies, key=lambda n: n.last_access, default=None)
         if pick is None:
             return False
