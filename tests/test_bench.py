@@ -120,3 +120,13 @@ def test_sim_scale_row_counts_variants_found_and_replayed_identically():
     row = SimScale(rows, 10_000, (), 3_000_000, 3600.0).table_row()
     assert row.ratio == 1 / 3 and "1/3 failing variants" in row.measured
     assert "0 failing of 10000 schedules" in row.measured
+
+
+def test_progress_row_is_stock_over_paced_latency_of_the_first_backend():
+    from bench.nixl_progress import PairFigures, ProgressPacing
+
+    figs = (PairFigures("vllm", 0, 1.99, 1.0, 1), PairFigures("vllm", 1000, 0.06, 0.5, 0),
+            PairFigures("embedded", 0, 1.9, 0.08, 0), PairFigures("embedded", 1000, 0.05, 0.04, 0))
+    row = ProgressPacing(figs).table_row()
+    assert row.ratio == 2.0 and row.measured.startswith("vllm: idle 1.99 -> 0.06 cores")
+    assert "errors 1 -> 0" in row.measured and "embedded" in row.measured

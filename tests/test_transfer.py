@@ -382,3 +382,58 @@ def test_done_after_completed_writes_means_the_bytes_landed(session: Session) ->
         overtaken += reply["notes_before"] < 2
     print(f"done overtook a layer notification in {overtaken}/{rounds} rounds; "
           f"bytes complete at done in {rounds}/{rounds}")
+
+
+def _api_module():
+    from nixl._api import nixl_agent
+
+    return sys.modules[nixl_agent.__module__]
+
+
+def test_pacing_floors_the_progress_delay_of_new_agents_and_zero_restores_nixl() -> None:
+    from engine.transfer.progress import DEFAULT_DELAY_US, pace
+
+    api = _api_module()
+    try:
+        pace(api, 2500)
+        cfg = api.nixlBind.nixlAgentConfig()
+        cfg.pthrDelay = 0  # what nixl_agent.__init__ writes
+        assert cfg.pthrDelay == 2500
+        cfg.pthrDelay = 9000
+        assert cfg.pthrDelay == 9000
+        assert api.nixlBind.nixlAgent is api.nixlBind._real.nixlAgent  # the rest passes through
+        pace(api, 0)
+        assert type(api.nixlBind).__name__ == "module"
+        assert api.nixlBind.nixlAgentConfig().pthrDelay == 0
+        with pytest.raises(ValueError, match=">= 0"):
+            pace(api, -1)
+    finally:
+        pace(api, DEFAULT_DELAY_US)
+
+
+def test_delay_env_is_checked() -> None:
+    from engine.transfer.progress import DEFAULT_DELAY_US, DELAY_ENV, delay_from_env
+
+    assert delay_from_env({}) == DEFAULT_DELAY_US and delay_from_env({DELAY_ENV: "0"}) == 0
+    with pytest.raises(ValueError, match=DELAY_ENV):
+        delay_from_env({DELAY_ENV: "1ms"})
+
+
+SITE_CHECK = """
+import sys
+from nixl._api import nixl_agent
+api = sys.modules[nixl_agent.__module__]
+cfg = api.nixlBind.nixlAgentConfig()
+cfg.pthrDelay = 0
+print(type(api.nixlBind).__name__, cfg.pthrDelay)
+"""
+
+
+@pytest.mark.parametrize("delay, want", [("250", "_PacedBindings 250"), ("0", "module 0")])
+def test_vllm_site_hook_paces_nixl_when_it_is_imported(delay: str, want: str) -> None:
+    """The sitecustomize a vLLM server runs with paces whichever ``nixl*._api`` loads, lazily."""
+    site = Path(__file__).resolve().parents[1] / "workbench" / "vllm_site"
+    env = {**os.environ, "PYTHONPATH": str(site), "PDWB_NIXL_PROGRESS_DELAY_US": delay}
+    out = subprocess.run([sys.executable, "-c", SITE_CHECK], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == want

@@ -69,7 +69,8 @@ def test_vllm_pd_pair_serves_tool_calls_parsed_by_vllm_over_nixl(pair):
     with MetricsSampler(pair, interval_s=0.5, names=names) as sampler:
         res = inject_concurrency(pair, sessions=8, turns=2, seed=0, progress=False)
     s = res.summary
-    assert s.errors == 0 and s.completed == s.requests >= 24, s  # transcripts have 1-4 rounds
+    errors = res.requests["error"].drop_nulls().unique().to_list()[:3]
+    assert s.errors == 0 and s.completed == s.requests >= 24, (s, errors)  # 1-4 rounds each
     calls = res.requests.filter(pl.col("kind") == "call")
     well = calls["v_well_formed"].sum() / len(calls)
     assert well >= 0.95, calls.select("content", "tool_calls")

@@ -5,6 +5,8 @@ Everything runs from the side environment ``scripts/vllm_env.sh`` builds (pins i
 servers load ``data/llama`` (a Llama exported by ``engine.training.hf``) with vLLM's own
 DeepSeek-V3.2 tool parser, ``--enforce-eager`` and the ``NixlConnector`` (``kv_both``, CPU
 buffers). Every address is loopback; every cache and log lives in the pair's log folder.
+NIXL's UCX progress thread is paced (``VllmOptions.nixl_progress_delay_us``; see
+``engine/transfer/progress.py``): stock NIXL busy-polls one core per server.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.transfer.progress import DEFAULT_DELAY_US, DELAY_ENV
 from workbench.process import LaunchError, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PINS = ROOT / "scripts" / "vllm-pins.txt"
 MODEL_DIR = ROOT / "data" / "llama"
 SERVED_MODEL = "tiny-llama"
+SITE_DIR = Path(__file__).resolve().parent / "vllm_site"  # its sitecustomize paces NIXL
 TOOL_PARSER = "deepseek_v32"
 KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
 
@@ -51,13 +55,16 @@ def vllm_python() -> Path:
 
 @dataclass(frozen=True)
 class VllmOptions:
-    """Per-launch vLLM settings. ``extra_args`` go to both servers' command lines."""
+    """Per-launch vLLM settings. ``extra_args`` go to both servers' command lines.
+    ``nixl_progress_delay_us`` bounds the sleep of NIXL's UCX progress thread (0: NIXL's own
+    busy poll, which takes a core per server even when idle)."""
 
     model_dir: Path = MODEL_DIR
     max_model_len: int = 1024
     kv_cache_gib: int = 1
     max_num_seqs: int = 64
     extra_args: tuple[str, ...] = ()
+    nixl_progress_delay_us: int = DEFAULT_DELAY_US
 
     def __post_init__(self) -> None:
         if not (Path(self.model_dir) / "config.json").exists():
@@ -65,6 +72,8 @@ class VllmOptions:
                              "(no config.json)")
         if self.max_model_len < 16 or self.kv_cache_gib < 1 or self.max_num_seqs < 1:
             raise ValueError("need max_model_len >= 16, kv_cache_gib >= 1, max_num_seqs >= 1")
+        if self.nixl_progress_delay_us < 0:
+            raise ValueError("nixl_progress_delay_us must be >= 0")
 
 
 def server_env(log_dir: Path) -> dict[str, str]:
@@ -89,6 +98,8 @@ def server(name: str, log_dir: Path, opts: VllmOptions, seed: int) -> ServerProc
                 "--enable-auto-tool-choice", "--tool-call-parser", TOOL_PARSER,
                 "--kv-transfer-config", json.dumps(KV_TRANSFER), *opts.extra_args]
     srv.env["VLLM_CPU_KVCACHE_SPACE"] = str(opts.kv_cache_gib)
+    srv.env["PYTHONPATH"] = str(SITE_DIR)
+    srv.env[DELAY_ENV] = str(opts.nixl_progress_delay_us)
     return srv
 
 

@@ -33,6 +33,7 @@ from engine.transfer.channel import (
     TransferError,
     fetch_peer,
 )
+from engine.transfer.progress import delay_from_env, pace_module_of
 
 __all__ = ["BufferInfo", "ByteRange", "ChannelError", "EndpointBlob", "MetadataChannel",
            "Notification", "PageWrite", "PeerHandle", "TransferEndpoint", "TransferError",
@@ -192,15 +193,20 @@ class TransferEndpoint:
     ``page_dims`` maps buffer name to its page dimension (default 0): use 1 for ``[L, P, ...]``.
     ``net_devices`` is UCX's ``UCX_NET_DEVICES`` for this process (default ``lo``: listeners
     bind loopback only); an ``UCX_NET_DEVICES`` already in the environment wins.
+    ``progress_delay_us`` paces NIXL's progress thread (``engine.transfer.progress``; default
+    ``$PDWB_NIXL_PROGRESS_DELAY_US`` or 1000 µs, 0 = NIXL's busy poll). It is process-wide.
     """
 
     def __init__(self, name: str, buffers: Mapping[str, torch.Tensor], backend: str = "UCX",
-                 page_dims: Mapping[str, int] | None = None, net_devices: str = "lo") -> None:
+                 page_dims: Mapping[str, int] | None = None, net_devices: str = "lo",
+                 progress_delay_us: int | None = None) -> None:
         self.name, self.backend = name, backend
         self._tensors = dict(buffers)
         self._infos = buffer_infos(buffers, page_dims)
         self._lock = threading.RLock()
         os.environ.setdefault("UCX_NET_DEVICES", net_devices)  # read when UCX initialises
+        delay = delay_from_env(os.environ) if progress_delay_us is None else progress_delay_us
+        pace_module_of(nixl_agent, delay)  # process-wide; 0 = NIXL's busy poll
         self._agent = nixl_agent(name, nixl_agent_config(backends=[backend]))
         if backend not in self._agent.backends:
             raise TransferError(f"NIXL backend {backend!r} unavailable")

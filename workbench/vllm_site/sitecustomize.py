@@ -1,0 +1,13 @@
+"""Loaded by every interpreter of a vLLM server the workbench launches (its PYTHONPATH holds this
+folder): paces NIXL's UCX progress thread as ``$PDWB_NIXL_PROGRESS_DELAY_US`` says (see
+``engine/transfer/progress.py``, loaded by path: the side environment has no ``engine``)."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+_PROGRESS = Path(__file__).resolve().parents[2] / "engine" / "transfer" / "progress.py"
+_spec = importlib.util.spec_from_file_location("_pdwb_nixl_progress", _PROGRESS)
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
+_mod.install_from_env(os.environ)
