@@ -25,9 +25,12 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ZooRow:
-    bug: str
-    shape: str | None  # the first shape with a failing schedule
+class FoundRow:
+    """One variant explored until a schedule failed; ``where`` and ``seed`` are None when none
+    did. ``bench.sim_scale`` reports its variants with the same row."""
+
+    name: str
+    where: str | None  # the shape (or workload) of the failing schedule
     seed: int | None
     schedules: int  # schedules run, the failing one included
     seconds: float
@@ -35,19 +38,23 @@ class ZooRow:
     replays_identical: int
     replays: int
 
+    @property
+    def found(self) -> bool:
+        return self.seed is not None
+
 
 @dataclass(frozen=True)
 class SimPD:
-    rows: tuple[ZooRow, ...]
+    rows: tuple[FoundRow, ...]
     fixed_schedules: int
     fixed_failures: int
 
     @property
     def found(self) -> int:
-        return sum(r.shape is not None for r in self.rows)
+        return sum(r.found for r in self.rows)
 
     def table_row(self) -> TableRow:
-        secs = sorted(r.seconds for r in self.rows if r.shape is not None)
+        secs = sorted(r.seconds for r in self.rows if r.found)
         median = secs[len(secs) // 2] if secs else float("nan")
         replays_ok = all(r.replays_identical == r.replays for r in self.rows)
         measured = (f"{self.found}/{len(self.rows)} zoo bugs found blind in a simulated PD pair "
@@ -68,7 +75,7 @@ def describe(run: sim.SimRun) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def sweep(bug: str, seeds: int, replays: int) -> ZooRow:
+def sweep(bug: str, seeds: int, replays: int) -> FoundRow:
     t0, n = time.perf_counter(), 0
     for shape in SWEEP_ORDER:
         workload = sim.Workload.of_shape(shape)
@@ -79,8 +86,8 @@ def sweep(bug: str, seeds: int, replays: int) -> ZooRow:
                 secs = round(time.perf_counter() - t0, 1)
                 same = sum(sim.run((bug,), seed, workload, stop_at_flag=True).fingerprint
                            == got.fingerprint for _ in range(replays))
-                return ZooRow(bug, shape, seed, n, secs, describe(got), same, replays)
-    return ZooRow(bug, None, None, n, round(time.perf_counter() - t0, 1), "", 0, 0)
+                return FoundRow(bug, shape, seed, n, secs, describe(got), same, replays)
+    return FoundRow(bug, None, None, n, round(time.perf_counter() - t0, 1), "", 0, 0)
 
 
 def measure(seeds: int = 3, replays: int = 3, fixed: int = 2,
@@ -102,8 +109,8 @@ def measure(seeds: int = 3, replays: int = 3, fixed: int = 2,
 
 def report(res: SimPD) -> None:
     for r in res.rows:
-        where = f"{r.shape} seed {r.seed}" if r.shape else "not found"
-        print(f"{r.bug:34s} {where:22s} schedule {r.schedules:2d} {r.seconds:6.1f} s  "
+        where = f"{r.where} seed {r.seed}" if r.found else "not found"
+        print(f"{r.name:34s} {where:22s} schedule {r.schedules:2d} {r.seconds:6.1f} s  "
               f"replays {r.replays_identical}/{r.replays}  {r.anomaly}")
     print(f"fixed code: {res.fixed_failures} failing of {res.fixed_schedules} schedules")
     print(res.table_row().measured)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 from bench import sim_pd, sim_rare
+from bench.sim_pd import FoundRow
 from bench.table import TableRow
 from engine.patches import RARE, ZOO
 from workbench import sim
@@ -54,18 +55,6 @@ STRATEGIES = ("random", "pct")
 
 
 @dataclass(frozen=True)
-class CaseRow:
-    case: str
-    seed: int | None  # the failing schedule's seed (None: not found)
-    where: str  # the shape or workload it failed in
-    schedules: int  # explored up to and including it
-    anomaly: str
-    replays_identical: int
-    replays: int
-    seconds: float
-
-
-@dataclass(frozen=True)
 class FixedChunk:
     schedules: int
     failures: tuple[str, ...]  # "patches workload strategy seed: anomaly" of each failure
@@ -75,7 +64,7 @@ class FixedChunk:
 
 @dataclass(frozen=True)
 class SimScale:
-    cases: tuple[CaseRow, ...]
+    cases: tuple[FoundRow, ...]
     fixed_schedules: int
     fixed_failures: tuple[str, ...]
     fixed_decisions: int
@@ -83,7 +72,7 @@ class SimScale:
 
     @property
     def replays_ok(self) -> int:
-        return sum(r.seed is not None and r.replays_identical == r.replays for r in self.cases)
+        return sum(r.found and r.replays_identical == r.replays for r in self.cases)
 
     def table_row(self) -> TableRow:
         replays = max((r.replays for r in self.cases), default=0)
@@ -95,25 +84,23 @@ class SimScale:
                         "variants found and replayed identically / failing variants")
 
 
-def _case(name: str, replays: int) -> CaseRow:
+def _case(name: str, replays: int) -> FoundRow:
     if name in ZOO:
-        r = sim_pd.sweep(name, seeds=3, replays=replays)
-        return CaseRow(name, r.seed, r.shape or "", r.schedules, r.anomaly, r.replays_identical,
-                       r.replays, r.seconds)
+        return sim_pd.sweep(name, seeds=3, replays=replays)
     patches, strategy, workload = EXPLORED[name]
     t0 = time.perf_counter()
     found = sim.explore(patches, seeds=range(1000), workload=workload, strategy=strategy,
                         progress=False)
     got = found.first_failure
     if got is None:
-        return CaseRow(name, None, "", len(found.runs), "", 0, 0,
-                       round(time.perf_counter() - t0, 1))
+        return FoundRow(name, None, None, len(found.runs), round(time.perf_counter() - t0, 1),
+                        "", 0, 0)
     same = sum(sim.run(patches, got.seed, got.workload, strategy, True).fingerprint
                == got.fingerprint for _ in range(replays))
     where = "PD pair" if workload.pd else "one engine"
-    return CaseRow(name, got.seed, f"{where} {workload.sessions}x{workload.turns}, {strategy}",
-                   len(found.runs),
-                   sim_pd.describe(got), same, replays, round(time.perf_counter() - t0, 1))
+    return FoundRow(name, f"{where} {workload.sessions}x{workload.turns}, {strategy}", got.seed,
+                    len(found.runs), round(time.perf_counter() - t0, 1), sim_pd.describe(got),
+                    same, replays)
 
 
 def _fixed(start: int, stop: int) -> FixedChunk:
@@ -131,7 +118,7 @@ def _fixed(start: int, stop: int) -> FixedChunk:
     return FixedChunk(stop - start, tuple(failures), decisions, time.perf_counter() - t0)
 
 
-def _task(task: tuple) -> CaseRow | FixedChunk:
+def _task(task: tuple) -> FoundRow | FixedChunk:
     kind, *args = task
     return _case(*args) if kind == "case" else _fixed(*args)
 
@@ -152,11 +139,11 @@ def measure(fixed: int = 10_000, replays: int = 100, workers: int = 2,
     rows, chunks = [], []
     with multiprocessing.get_context("spawn").Pool(workers, initializer=_init) as pool:
         for got in pool.imap_unordered(_task, tasks):
-            (rows if isinstance(got, CaseRow) else chunks).append(got)
+            (rows if isinstance(got, FoundRow) else chunks).append(got)
             log.info("sim_scale %d/%d tasks (%.0f s): %s", len(rows) + len(chunks), len(tasks),
                      time.perf_counter() - t0, got)
     order = {c: i for i, c in enumerate(cases)}
-    rows.sort(key=lambda r: order[r.case])
+    rows.sort(key=lambda r: order[r.name])
     return SimScale(tuple(rows), sum(c.schedules for c in chunks),
                     tuple(f for c in chunks for f in c.failures),
                     sum(c.decisions for c in chunks), time.perf_counter() - t0)
@@ -164,8 +151,8 @@ def measure(fixed: int = 10_000, replays: int = 100, workers: int = 2,
 
 def report(res: SimScale) -> None:
     for r in res.cases:
-        where = f"{r.where} seed {r.seed}" if r.seed is not None else "NOT FOUND"
-        print(f"{r.case:34s} {where:34s} schedule {r.schedules:3d}  replays "
+        where = f"{r.where} seed {r.seed}" if r.found else "NOT FOUND"
+        print(f"{r.name:34s} {where:34s} schedule {r.schedules:3d}  replays "
               f"{r.replays_identical}/{r.replays}  {r.seconds:6.1f} s  {r.anomaly}")
     print(f"fixed code: {len(res.fixed_failures)} failing of {res.fixed_schedules} schedules, "
           f"{res.fixed_decisions:,} decisions")

@@ -102,21 +102,22 @@ def test_sim_rare_row_is_the_worst_pct_count_over_a_thousand():
 
 
 def test_sim_pd_row_is_bugs_found_over_bugs():
-    from bench.sim_pd import SimPD, ZooRow
+    from bench.sim_pd import FoundRow, SimPD
 
-    rows = (ZooRow("a", "kills", 1, 5, 12.0, "1 late writes", 3, 3),
-            ZooRow("b", None, None, 15, 90.0, "", 0, 0))
+    rows = (FoundRow("a", "kills", 1, 5, 12.0, "1 late writes", 3, 3),
+            FoundRow("b", None, None, 15, 90.0, "", 0, 0))
     row = SimPD(rows, 10, 0).table_row()
     assert row.ratio == 0.5 and "1/2 zoo bugs" in row.measured
     assert "replayed identically" in row.measured and "0 failing of 10" in row.measured
 
 
 def test_sim_scale_row_counts_variants_found_and_replayed_identically():
-    from bench.sim_scale import CaseRow, SimScale
+    from bench.sim_pd import FoundRow
+    from bench.sim_scale import SimScale
 
-    rows = (CaseRow("a", 3, "kills", 4, "1 late writes", 100, 100, 30.0),
-            CaseRow("b", 1, "baseline", 2, "1 flagged", 99, 100, 20.0),
-            CaseRow("c", None, "", 15, "", 0, 0, 90.0))
+    rows = (FoundRow("a", "kills", 3, 4, 30.0, "1 late writes", 100, 100),
+            FoundRow("b", "baseline", 1, 2, 20.0, "1 flagged", 99, 100),
+            FoundRow("c", None, None, 15, 90.0, "", 0, 0))
     row = SimScale(rows, 10_000, (), 3_000_000, 3600.0).table_row()
     assert row.ratio == 1 / 3 and "1/3 failing variants" in row.measured
     assert "0 failing of 10000 schedules" in row.measured

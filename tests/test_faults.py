@@ -21,15 +21,41 @@ pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)
 
 
-def _load_during(pair, fault, seed: int):
-    """Runs a load and calls ``fault()`` 1.5 s into it; returns the load's result."""
-    timer = threading.Timer(1.5, fault)
-    timer.start()
+QUEUES = ("prealloc", "transfer", "quarantine", "bootstrap", "waiting", "inflight", "running")
+
+
+def _busy(queues: dict) -> bool:
+    return any(queues.get(k) for k in QUEUES)
+
+
+def _load_during(pair, target, fault, seed: int):
+    """Runs a load and calls ``fault()`` once ``target`` (a server of the pair) holds a request
+    in one of its queues, so the fault lands mid-flight however fast the pair serves; returns
+    the load's result."""
+    fired, stop = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            try:
+                busy = _busy(pair.debug("/debug/queues", target))
+            except httpx.HTTPError:
+                busy = False
+            if busy:
+                fault()
+                fired.set()
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
-        return inject_concurrency(pair, sessions=4, turns=2, seed=seed, max_tokens=100,
-                                  oracle=False, progress=False)
+        res = inject_concurrency(pair, sessions=4, turns=2, seed=seed, max_tokens=100,
+                                 oracle=False, progress=False)
     finally:
-        timer.cancel()
+        stop.set()
+        watcher.join(10)
+    assert fired.is_set(), f"{target.name} never held a request during the load"
+    return res
 
 
 def _settled(pair, timeout_s: float = 40.0) -> dict:
@@ -37,9 +63,7 @@ def _settled(pair, timeout_s: float = 40.0) -> dict:
     deadline, last = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline:
         last = {s.name: pair.debug("/debug/queues", s) for s in [*pair.prefill, *pair.decode]}
-        busy = any(q.get(k) for q in last.values() for k in
-                   ("prealloc", "transfer", "quarantine", "bootstrap", "waiting", "inflight",
-                    "running"))
+        busy = any(_busy(q) for q in last.values())
         pages_ok = all(q["pages"]["free"] + q["pages"]["cached"] == q["pages"]["total"]
                        for q in last.values())
         if not busy and pages_ok:
@@ -60,7 +84,7 @@ def _serves_correctly(pair, seed: int) -> None:
 def test_a_role_killed_under_load_and_restarted_is_served_again(tmp_path, role):
     with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
         srv = (pair.decode if role == "decode" else pair.prefill)[0]
-        during = _load_during(pair, lambda: srv.proc.send_signal(signal.SIGKILL), seed=11)
+        during = _load_during(pair, srv, lambda: srv.proc.send_signal(signal.SIGKILL), seed=11)
         t0 = time.monotonic()
         srv.start()
         srv.wait_healthy(120)
@@ -85,7 +109,7 @@ def test_a_paused_prefill_recovers(tmp_path):
         def pause() -> None:
             proc.send_signal(signal.SIGSTOP)
             threading.Timer(5.0, lambda: proc.send_signal(signal.SIGCONT)).start()
-        _load_during(pair, pause, seed=21)
+        _load_during(pair, pair.prefill[0], pause, seed=21)
         _serves_correctly(pair, seed=22)
         _settled(pair)
 
