@@ -27,6 +27,8 @@ def parse_overrides(pairs: list[str]) -> dict:
 def serve(argv: list[str]) -> None:
     import uvicorn
 
+    from engine.serving.limits import SERVER_KEEP_ALIVE_S
+
     ap = argparse.ArgumentParser(prog="engine serve")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
@@ -56,7 +58,8 @@ def serve(argv: list[str]) -> None:
     engine, app = build(args, cfg)
     engine.start()
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                    timeout_keep_alive=SERVER_KEEP_ALIVE_S)
     finally:
         engine.stop()
 

@@ -20,6 +20,7 @@ import httpx
 
 from engine.disagg.control import SECRET_HEADER
 from engine.disagg.messages import Prealloc
+from engine.serving.limits import CLIENT_KEEPALIVE_EXPIRY_S
 from engine.transfer.endpoint import EndpointBlob, TransferEndpoint
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ class BootstrapClient:
         self.on_failed = on_failed
         self.heartbeat_s = heartbeat_s
         self.heartbeat_misses = heartbeat_misses
-        self.http = httpx.Client(timeout=timeout_s, headers={SECRET_HEADER: secret})
+        self.http = httpx.Client(timeout=timeout_s, headers={SECRET_HEADER: secret},
+                                 limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S))
         self.connected: set[str] = set()
         self._watched: set[str] = set()  # every prefill ever connected, heartbeated until exit
         self._dead_since: dict[str, float] = {}

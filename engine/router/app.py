@@ -42,7 +42,7 @@ from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig,
 from engine.serving.debug import check_access
 from engine.serving.errors import BadRequestError, json_object
 from engine.serving.errors import error_response as error
-from engine.serving.limits import BodyLimit
+from engine.serving.limits import CLIENT_KEEPALIVE_EXPIRY_S, BodyLimit
 from engine.serving.metrics import ROUTER, Metrics
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,9 @@ class Router:
             "in_flight_requests": ("requests being routed", len(self._active))})
         self.rooms = RoomLog(cfg.history)
         self.client = httpx.AsyncClient(timeout=cfg.timeout_s, trust_env=False,
-                                        limits=httpx.Limits(max_connections=None))
+                                        limits=httpx.Limits(
+                                            max_connections=None,
+                                            keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S))
         seeded = cfg.seed is not None
         self._room_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()
         policy_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()

@@ -8,6 +8,7 @@ import os
 
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
+from engine.serving.limits import SERVER_KEEP_ALIVE_S
 
 log = logging.getLogger("engine.router")
 
@@ -45,5 +46,5 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("router on %s:%d: %s", args.host, args.port, cfg)
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=2)
+                timeout_graceful_shutdown=2, timeout_keep_alive=SERVER_KEEP_ALIVE_S)
 

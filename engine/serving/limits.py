@@ -1,10 +1,18 @@
-"""Request-size limit, shared by the servers and the router (ASGI middleware)."""
+"""Request-size limit (ASGI middleware) and HTTP keep-alive times, shared by the servers and the
+router."""
 
 from __future__ import annotations
 
 import json
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+# A server closes a connection idle this long (uvicorn's timeout_keep_alive) ...
+SERVER_KEEP_ALIVE_S = 5
+# ... so our long-lived clients (router -> servers, decode -> prefill bootstrap) drop a pooled
+# connection sooner. With both at 5 s (uvicorn's and httpx's defaults) a request sent on a
+# connection idle ~5 s raced the server's close and failed with ReadError (1 in ~4,000 requests
+# when bursts came ~5 s apart).
+CLIENT_KEEPALIVE_EXPIRY_S = 2.0
 
 
 class BodyLimit:
