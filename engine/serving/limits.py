@@ -10,8 +10,7 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 SERVER_KEEP_ALIVE_S = 5
 # ... so our long-lived clients (router -> servers, decode -> prefill bootstrap) drop a pooled
 # connection sooner. With both at 5 s (uvicorn's and httpx's defaults) a request sent on a
-# connection idle ~5 s raced the server's close and failed with ReadError (1 in ~4,000 requests
-# when bursts came ~5 s apart).
+# connection idle ~5 s can race the server's close and fail with ReadError.
 CLIENT_KEEPALIVE_EXPIRY_S = 2.0
 
 
