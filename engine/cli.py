@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 
 from engine.config import ConfigError, EngineConfig
 
@@ -56,6 +58,8 @@ def serve(argv: list[str]) -> None:
     if args.overlap_schedule:
         cfg = cfg.replace(patches=cfg.patches | {"overlap_schedule"})
     engine, app = build(args, cfg)
+    # a watcher asks a silent server for its stacks with SIGUSR2 (workbench.watch)
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     engine.start()
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning",

@@ -38,7 +38,7 @@ RENDERED = {  # text each executed report must contain
     "03_bisect_patch_series.py": "culprit patch: hicache_index_k_no_wait",
     "04_wedge_vs_corruption.py": "orphan cleanup",
     "05_investigation_template.py": "diagnosis: prefill",
-    "06_vllm_pd_kill_storm.py": "solo reference:",
+    "06_vllm_pd_kill_storm.py": "deployment health:",
     "07_simulate_then_confirm.py": "confirmed:",
 }
 

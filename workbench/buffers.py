@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import polars as pl
 import torch
 from safetensors.torch import load as st_load
@@ -22,6 +23,7 @@ from engine.model.model import load_model
 from engine.model.reference import Reference
 from workbench.backends import Capability, require
 from workbench.launch import PDPair
+from workbench.vitals import EngineDown, lasting
 
 log = logging.getLogger(__name__)
 ROLES = ("decode", "prefill")
@@ -88,8 +90,23 @@ def dump_buffers(pair: PDPair, room: int | None = None, rid: str | None = None,
         raise ValueError(f"unknown buffer kinds {sorted(unknown)}; valid: {sorted(WHAT)}")
     srv = {"decode": pair.decode[0], "prefill": pair.prefill[0]}[role]
     params = {"room": room} if room is not None else {"rid": rid}
-    blob = pair.debug_bytes("/debug/dump", srv, **params)
+    try:
+        blob = pair.debug_bytes("/debug/dump", srv, **params)
+    except httpx.TransportError as exc:
+        down = [o for o in lasting(pair.down()) if o.server == srv.name]
+        if down:
+            raise EngineDownError(down[0]) from exc
+        raise
     return parse_dump(blob, f"{role}:{room if room is not None else rid}", what)
+
+
+class EngineDownError(RuntimeError):
+    """A dump asked of a server the deployment's watch saw die or hang; ``observation`` is the
+    ``EngineDied``/``EngineHung`` evidence (a dump has no partial result to return)."""
+
+    def __init__(self, observation: EngineDown) -> None:
+        super().__init__(observation.describe())
+        self.observation = observation
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -19,6 +20,7 @@ from workbench.load import LoadConfig, RequestRecord, SessionRunner
 from workbench.oracle import ReferenceOracle
 from workbench.progress import Progress
 from workbench.routers import ROUTERS
+from workbench.vitals import EngineDown
 
 log = logging.getLogger(__name__)
 SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": pl.Float64,
@@ -55,6 +57,7 @@ class LoadResult:
     summary: LoadSummary
     captures: tuple[Path, ...]
     config: LoadConfig | None = None  # what was sent (max_tokens, model, seed) for replays
+    down: tuple[EngineDown, ...] = ()  # deaths and hangs of the deployment up to the load's end
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -159,7 +162,29 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     t0 = time.monotonic()
     records, files = run_sync(_run(target, cfg, ref, bar, out))
     bar.close()
-    return load_result(records, time.monotonic() - t0, tuple(files), cfg)
+    down = mark_down(target, records)
+    result = load_result(records, time.monotonic() - t0, tuple(files), cfg)
+    return dataclasses.replace(result, down=down)
+
+
+def mark_down(target, records: list[RequestRecord]) -> tuple[EngineDown, ...]:
+    """Lines the load's requests up with what the deployment's watch saw: each observation gets
+    the number of requests in flight at its time, and each request that ended after it without
+    an answer names it in ``engine_down``. Returns the observations (empty: none, or no watch)."""
+    watch = target.watch if isinstance(target, PDPair) else None
+    if watch is None or not watch.down():
+        return ()
+
+    def open_at(t: float) -> int:
+        return sum(r.started_at is not None and r.started_at <= t <= (r.ended_at or t)
+                   for r in records)  # open at t
+    starts = [r.started_at for r in records if r.started_at is not None]
+    down = watch.mark_in_flight(open_at, min(starts, default=time.time()))
+    for rec in records:
+        failed = not rec.killed and (rec.status != 200 or bool(rec.error))
+        hit = [o for o in down if failed and (rec.ended_at or 0.0) >= o.since]
+        rec.engine_down = "; ".join(o.describe() for o in hit)
+    return down
 
 
 def load_result(records: list[RequestRecord], wall_s: float, captures: tuple[Path, ...] = (),

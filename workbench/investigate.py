@@ -77,7 +77,7 @@ def wedge_probe(pair: PDPair, timeout_s: float = 15.0, seed: int = 0) -> bool:
             "max_tokens": 4, **({"model": pair.model} if pair.model else {})}
     try:
         r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=timeout_s)
-    except httpx.TimeoutException:
+    except httpx.HTTPError:  # timed out, or the router is gone: not served either way
         return False
     return r.status_code == 200
 
@@ -96,6 +96,8 @@ async def _kill_storm(url: str, n: int, kill_at_s: float, seed: int, max_tokens:
                                        kill_at_s + 0.05 * i)
             except asyncio.TimeoutError:
                 killed += 1
+            except httpx.HTTPError:  # refused or broken: nothing to disconnect
+                pass
         await asyncio.gather(*(one(i) for i in range(n)))
     return killed
 

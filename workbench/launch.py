@@ -56,8 +56,9 @@ EMBEDDED = TemplateBackend(
 
 
 def _proc(name: str, template: str, log_dir: Path, fill: dict, health: str,
-          env: dict[str, str], cwd: Path | None = None) -> ServerProcess:
-    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False, env=env, cwd=cwd)
+          env: dict[str, str], cwd: Path | None = None, ours: bool = False) -> ServerProcess:
+    srv = ServerProcess(name, [], log_dir, health=health, format_argv=False, env=env, cwd=cwd,
+                        stack_signal=ours)
     srv.argv = shlex.split(template.format(port=srv.port, host=srv.host, **fill))
     return srv.start()
 
@@ -116,17 +117,19 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
     if cwd is not None:
         env["PYTHONPATH"] = str(cwd)
     try:
+        ours = backend is EMBEDDED
         prefill = [_proc(f"prefill{i}", backend.prefill, log_dir, fill, backend.health, env,
-                         cwd) for i in range(num_prefill)]
+                         cwd, ours) for i in range(num_prefill)]
         started += prefill
         allow = " ".join(["--prefill-allow", *(s.url for s in prefill)])
         dfill = {**fill, "engine_args": " ".join([fill["engine_args"], *spec.decode_args, allow])}
-        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env, cwd)
-                  for i in range(num_decode)]
+        decode = [_proc(f"decode{i}", backend.decode, log_dir, dfill, backend.health, env, cwd,
+                        ours) for i in range(num_decode)]
         started += decode
         _wait_all(started, timeout_s)
         front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False,
-                              env=({"PYTHONPATH": str(cwd)} if cwd else {}), cwd=cwd)
+                              env=({"PYTHONPATH": str(cwd)} if cwd else {}), cwd=cwd,
+                              stack_signal=kind.name == "embedded")
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
                                           tuple(s.url for s in decode), seed,
@@ -136,7 +139,7 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
         _stop(started)
         raise
     log.info("PD pair up: %s router %s, logs in %s", spec.router, front.url, log_dir)
-    return PDPair(spec, prefill, decode, front, log_dir)
+    return PDPair(spec, prefill, decode, front, log_dir).start_watch()
 
 
 def _launch_vllm(num_prefill: int, num_decode: int, seed: int, log_dir: Path,
@@ -153,7 +156,7 @@ def _launch_vllm(num_prefill: int, num_decode: int, seed: int, log_dir: Path,
     spec = LaunchSpec(num_prefill=num_prefill, num_decode=num_decode, seed=seed)
     log.info("vLLM PD pair up: router %s, logs in %s", started[-1].url, log_dir)
     return PDPair(spec, prefill, decode, started[-1], log_dir, BACKENDS.get("vllm"),
-                  vllm.SERVED_MODEL)
+                  vllm.SERVED_MODEL).start_watch()
 
 
 def _start_and_wait(servers: list[ServerProcess], started: list[ServerProcess],
@@ -191,7 +194,7 @@ def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
     _wait_all([router], timeout_s)
     return PDPair(spec, [_running(f"prefill{i}", u, log_dir) for i, u in enumerate(prefill)],
                   [_running(f"decode{i}", u, log_dir) for i, u in enumerate(decode)], router,
-                  log_dir, info, model)
+                  log_dir, info, model).start_watch()
 
 
 def _running(name: str, url: str, log_dir: Path) -> ServerProcess:

@@ -53,6 +53,9 @@ class RequestRecord:
     tools: list[dict] = field(default_factory=list)
     dsml_leaked: bool | None = None
     error: str = ""
+    started_at: float | None = None  # wall clock (epoch s), to line requests up with deaths
+    ended_at: float | None = None
+    engine_down: str = ""  # the death or hang of the deployment this request ran into
     verdict: Verdict | None = None
 
     def row(self) -> dict:
@@ -208,12 +211,14 @@ class SessionRunner:
                 rec.prompt_ids = self.oracle.prompt_ids(messages, self.tools)
             except Exception as exc:  # noqa: BLE001 - an oracle failure flags this request only
                 oracle_error = f"{type(exc).__name__}: {exc}"[:300]
+        rec.started_at = time.time()
         try:
             await asyncio.wait_for(stream_chat(client, self.url, body, rec), timeout=kill_at)
         except (TimeoutError, asyncio.TimeoutError):
             rec.killed = True
         except (httpx.HTTPError, json.JSONDecodeError) as exc:
             rec.error = f"{type(exc).__name__}: {exc}"[:500]
+        rec.ended_at = time.time()
         if not rec.killed and rec.status == 200 and not rec.error:
             ref = None
             if self.oracle is not None and not oracle_error:

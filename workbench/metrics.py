@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from workbench.backends import Capability, require
 from workbench.pair import PDPair
 from workbench.sampler import PeriodicSampler
+from workbench.vitals import EngineDown, lasting
 
 log = logging.getLogger(__name__)
 SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "server": pl.Utf8, "name": pl.Utf8,
@@ -78,19 +79,33 @@ def _servers(pair: PDPair) -> list[tuple[str, str]]:
     return [*(("prefill", s.url) for s in pair.prefill), *(("decode", s.url) for s in pair.decode)]
 
 
-def snapshot(pair: PDPair, t_s: float = 0.0, names: set[str] | None = None) -> list[dict]:
-    """One row per sample of every prefill and decode server (only ``names`` when given)."""
-    rows = []
+@dataclass(frozen=True)
+class Snapshot:
+    """One reading of every prefill and decode server: ``rows`` (``SCHEMA``) and the servers
+    whose ``/metrics`` could not be read, each with its error."""
+
+    rows: list[dict]
+    unreadable: dict[str, str]
+
+
+def read_all(pair: PDPair, t_s: float = 0.0, names: set[str] | None = None) -> Snapshot:
+    """Every server's samples (only ``names`` when given); a dead server is ``unreadable``."""
+    rows, bad = [], {}
     for role, url in _servers(pair):
         try:
             samples = scrape(url)
-        except httpx.HTTPError as exc:
-            log.warning("metrics of %s %s unreadable: %s", role, url, exc)
+        except (httpx.HTTPError, ValueError) as exc:
+            bad[url] = f"{type(exc).__name__}: {exc}"[:200]
             continue
         rows += [{"t_s": t_s, "role": role, "server": url, "name": s.name,
                   "labels": json.dumps(s.labels, sort_keys=True), "value": s.value}
                  for s in samples if names is None or s.name in names]
-    return rows
+    return Snapshot(rows, bad)
+
+
+def snapshot(pair: PDPair, t_s: float = 0.0, names: set[str] | None = None) -> list[dict]:
+    """One row per sample of every readable prefill and decode server."""
+    return read_all(pair, t_s, names).rows
 
 
 def frame(rows: list[dict]) -> pl.DataFrame:
@@ -129,10 +144,16 @@ class Leftover:
 
 @dataclass(frozen=True)
 class DrainReport:
+    """``settled`` only when every server was read and every gauge came back; a server that
+    could not be read is in ``unreadable`` (url -> error) and the deployment's deaths and hangs
+    are in ``down``."""
+
     settled: bool
     waited_s: float
     leftovers: tuple[Leftover, ...]
     last: pl.DataFrame  # the final snapshot of the drain gauges
+    unreadable: dict[str, str] = field(default_factory=dict)
+    down: tuple[EngineDown, ...] = ()
 
 
 def gauges(pair: PDPair) -> pl.DataFrame:
@@ -151,7 +172,8 @@ def drain_check(pair: PDPair, baseline: pl.DataFrame, timeout_s: float = 30.0,
     base = {(r["server"], r["name"]): r["value"] for r in baseline.iter_rows(named=True)}
     t0 = time.monotonic()
     while True:
-        now = gauges(pair)
+        snap = read_all(pair, 0.0, {n for n, _ in DRAIN_GAUGES})
+        now = frame(snap.rows)
         left = []
         for r in now.iter_rows(named=True):
             want = dict(DRAIN_GAUGES)[r["name"]]
@@ -159,6 +181,31 @@ def drain_check(pair: PDPair, baseline: pl.DataFrame, timeout_s: float = 30.0,
             if r["value"] - want > tolerance:
                 left.append(Leftover(r["role"], r["server"], r["name"], r["value"], want))
         waited = time.monotonic() - t0
-        if not left or waited > timeout_s:
-            return DrainReport(not left, round(waited, 2), tuple(left), now)
+        down = pair.down()
+        stop = bool(lasting(down))  # a dead or hung server will not drain: no point waiting
+        if (not left and not snap.unreadable) or waited > timeout_s or stop:
+            return DrainReport(not left and not snap.unreadable and not stop, round(waited, 2),
+                               tuple(left), now, snap.unreadable, down)
         time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class TransferStats:
+    """The decode's NIXL transfer count and time quantiles (vLLM's ``nixl_xfer_time_seconds``
+    histogram); ``error`` says why they could not be read (then ``transfers`` is None)."""
+
+    transfers: float | None
+    quantiles: dict[float, float | None]
+    error: str = ""
+
+
+def transfer_stats(pair: PDPair, qs: tuple[float, ...] = (0.5, 0.9, 0.99)) -> TransferStats:
+    """Reads the first decode's NIXL transfer histogram; a dead decode gives ``error``."""
+    require(pair, Capability.METRICS, "transfer_stats")
+    try:
+        samples = scrape(pair.decode[0].url)
+    except (httpx.HTTPError, ValueError) as exc:
+        return TransferStats(None, {q: None for q in qs}, f"{type(exc).__name__}: {exc}"[:200])
+    name = "vllm:nixl_xfer_time_seconds"
+    count = sum(s.value for s in samples if s.name == name + "_count")
+    return TransferStats(count, {q: histogram_quantile(samples, name, q) for q in qs})

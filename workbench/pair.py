@@ -13,6 +13,8 @@ from engine.config import EngineConfig
 from workbench.backends import BACKENDS, BackendInfo, Capability, require
 from workbench.process import ServerProcess
 from workbench.routers import ROUTERS
+from workbench.vitals import EngineDown
+from workbench.watch import ProcessWatch
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,20 @@ class PDPair:
     log_dir: Path
     backend: BackendInfo = field(default_factory=lambda: BACKENDS.get("embedded"))
     model: str | None = None  # the model name requests carry (None: the servers take any)
+    watch: ProcessWatch | None = None  # started by launch/attach: deaths and hangs
 
     @property
     def url(self) -> str:
         return self.router.url
+
+    def down(self) -> tuple[EngineDown, ...]:
+        """Every death, hang or lost server seen since launch (empty when all is well)."""
+        return self.watch.down() if self.watch is not None else ()
+
+    def start_watch(self, **kwargs) -> PDPair:
+        """Starts watching every process and health route (``ProcessWatch`` settings)."""
+        self.watch = ProcessWatch(self.servers(), **kwargs).start()
+        return self
 
     def servers(self) -> list[ServerProcess]:
         return [*self.prefill, *self.decode, self.router]
@@ -87,6 +99,8 @@ class PDPair:
         return r.content
 
     def close(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()  # what close() stops is not a death
         for srv in reversed(self.servers()):
             srv.stop()
 

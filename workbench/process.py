@@ -67,6 +67,8 @@ class ServerProcess:
     env: dict[str, str] = field(default_factory=dict)
     format_argv: bool = True
     cwd: Path | None = None  # run from this folder (a source tree), else the caller's
+    stack_signal: bool = False  # it dumps its Python stacks on SIGUSR2 (ours, vLLM's site hook)
+    core_dumps: bool = False  # lift RLIMIT_CORE to its hard limit (cores land per core_pattern)
     proc: subprocess.Popen | None = None
 
     @property
@@ -82,10 +84,13 @@ class ServerProcess:
         argv = self.argv
         if self.format_argv:
             argv = [a.format(port=self.port, host=self.host) for a in argv]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        # faulthandler prints the Python stacks of a process (and its children) killed by a
+        # fatal signal into the log, where workbench.vitals reads them
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **self.env}
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True, cwd=self.cwd)
+                                         start_new_session=True, cwd=self.cwd,
+                                         preexec_fn=_allow_cores if self.core_dumps else None)
         _LIVE.add(self)
         log.info("started %s pid %d on %s", self.name, self.proc.pid, self.url)
         return self
@@ -126,6 +131,13 @@ class ServerProcess:
                           self.proc.pid, max(timeout, KILL_WAIT_S))
                 return
         log.info("stopped %s", self.name)
+
+
+def _allow_cores() -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
 
 
 def python_module(module: str, *args: str) -> list[str]:

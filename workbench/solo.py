@@ -21,6 +21,7 @@ from workbench.load import LoadConfig, chat_body
 from workbench.oracle import first_difference
 from workbench.pair import PDPair
 from workbench.progress import Progress
+from workbench.vitals import EngineDown, lasting
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class SoloReport:
     mismatches: int
     mismatch_ci: tuple[float, float]
     requests: pl.DataFrame
+    failed: int = 0  # solo requests that got no answer (their prompts are not judged)
+    errors: tuple[str, ...] = ()  # the first distinct errors of those
+    down: tuple[EngineDown, ...] = ()  # the deployment's deaths and hangs; solo runs stop at one
 
     @property
     def beyond_baseline(self) -> bool:
@@ -89,16 +93,11 @@ def solo_reference(target: PDPair | str, load: LoadResult, repeats: int = 2,
     url = target.url if isinstance(target, PDPair) else str(target).rstrip("/")
     done = load.requests.filter(pl.col("v_leaked").is_not_null())
     keys = sorted({(r["messages"], r["tools"], r["session"]) for r in done.iter_rows(named=True)})
-    solo: dict[tuple[str, str], list[SoloRun]] = {}
     bar = Progress(len(keys) * repeats, "solo reference", enabled=progress)
-    with httpx.Client(timeout=timeout_s) as client:
-        for messages, tools, session in keys:
-            body = chat_body(cfg, json.loads(messages), json.loads(tools), session, stream=False)
-            runs = solo.setdefault((messages, tools), [])
-            for _ in range(repeats):
-                runs.append(run_alone(client, url, body))
-                bar.update(sum(map(len, solo.values())), 0)
+    solo, errors = _solo_runs(target, url, cfg, keys, repeats, timeout_s, bar)
     bar.close()
+    solo = {k: runs for k, runs in solo.items() if len(runs) == repeats}
+    down = target.down() if isinstance(target, PDPair) else ()
     base_n = base_k = 0
     for runs in solo.values():
         for run in runs[1:]:
@@ -106,6 +105,8 @@ def solo_reference(target: PDPair | str, load: LoadResult, repeats: int = 2,
             base_k += not run.same_as(runs[0])[0]
     rows = []
     for row in done.iter_rows(named=True):
+        if (row["messages"], row["tools"]) not in solo:
+            continue
         same, diff = _of_row(row).same_as(solo[row["messages"], row["tools"]][0])
         rows.append({"session": row["session"], "turn": row["turn"], "kind": row["kind"],
                      "solo_match": same, "solo_first_diff": diff})
@@ -113,4 +114,26 @@ def solo_reference(target: PDPair | str, load: LoadResult, repeats: int = 2,
                                     "solo_match": pl.Boolean, "solo_first_diff": pl.Int64})
     k = int((~df["solo_match"]).sum()) if len(df) else 0
     return SoloReport(len(solo), base_n, base_k, wilson(base_k, base_n), len(df), k,
-                      wilson(k, len(df)), df)
+                      wilson(k, len(df)), df, len(errors), tuple(dict.fromkeys(errors))[:5], down)
+
+
+def _solo_runs(target, url: str, cfg: LoadConfig, keys: list, repeats: int, timeout_s: float,
+               bar: Progress) -> tuple[dict, list[str]]:
+    """Runs every prompt ``repeats`` times alone; a failed request is an error, not a raise, and
+    the runs stop once the deployment's watch sees a process die or hang."""
+    solo: dict[tuple[str, str], list[SoloRun]] = {}
+    errors: list[str] = []
+    with httpx.Client(timeout=timeout_s) as client:
+        for messages, tools, session in keys:
+            if isinstance(target, PDPair) and lasting(target.down()):
+                break
+            body = chat_body(cfg, json.loads(messages), json.loads(tools), session, stream=False)
+            runs = solo.setdefault((messages, tools), [])
+            for _ in range(repeats):
+                try:
+                    runs.append(run_alone(client, url, body))
+                except (httpx.HTTPError, KeyError, ValueError) as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                    break
+                bar.update(sum(map(len, solo.values())), len(errors))
+    return solo, errors

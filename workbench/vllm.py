@@ -90,7 +90,8 @@ def server_env(log_dir: Path) -> dict[str, str]:
 def server(name: str, log_dir: Path, opts: VllmOptions, seed: int) -> ServerProcess:
     """An unstarted vLLM OpenAI server (prefill or decode: with NIXL both are ``kv_both``)."""
     py = str(vllm_python())
-    srv = ServerProcess(name, [], log_dir, format_argv=False, env=server_env(log_dir))
+    srv = ServerProcess(name, [], log_dir, format_argv=False, env=server_env(log_dir),
+                        stack_signal=True)  # the site hook registers SIGUSR2
     srv.argv = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", str(opts.model_dir),
                 "--served-model-name", SERVED_MODEL, "--host", srv.host, "--port", str(srv.port),
                 "--enforce-eager", "--max-model-len", str(opts.max_model_len),

@@ -1,0 +1,105 @@
+"""A dying engine is a finding (issue 26), on our own servers: a launched pair's processes are
+watched; a server killed mid-load (SIGSEGV, SIGKILL) or paused is recorded with its process,
+signal, time and stack, the load's rows name it, and no probe raises."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import httpx
+import polars as pl
+import pytest
+
+from workbench import dump_buffers, inject_concurrency, investigate
+from workbench.buffers import EngineDownError
+from workbench.launch import launch_pd_pair
+from workbench.metrics import drain_check, gauges
+from workbench.solo import solo_reference
+from workbench.storm import StormConfig, findings, run_storm
+from workbench.vitals import EngineDied, EngineHung
+
+pytestmark = pytest.mark.slow
+
+
+def _when_busy(pair, fault) -> threading.Event:
+    """Calls ``fault()`` once the decode holds a request (the load is mid-flight)."""
+    fired = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                q = pair.debug("/debug/queues", pair.decode[0])
+            except httpx.HTTPError:
+                return
+            if q["transfer"] or q["running"]:
+                fault()
+                fired.set()
+                return
+            time.sleep(0.02)
+    threading.Thread(target=watch, daemon=True).start()
+    return fired
+
+
+def test_servers_killed_mid_load_are_findings_and_no_probe_raises(tmp_path):
+    with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
+        decode, prefill = pair.decode[0], pair.prefill[0]
+        fired = _when_busy(pair, lambda: (decode.proc.send_signal(signal.SIGSEGV),
+                                          prefill.proc.send_signal(signal.SIGKILL)))
+        t0 = time.time()
+        report = run_storm(pair, StormConfig(sessions=6, turns=2, storm=4, seed=3))
+        assert fired.is_set()
+        died = {o.process: o for o in report.down if isinstance(o, EngineDied)}
+        assert died["decode0"].signal == "SIGSEGV" and died["prefill0"].signal == "SIGKILL"
+        assert died["decode0"].exit_code == -signal.SIGSEGV
+        assert all(t0 <= o.at <= time.time() for o in died.values())
+        assert "Fatal Python error: Segmentation fault" in died["decode0"].stack
+        assert died["decode0"].in_flight and died["decode0"].in_flight > 0
+        rows = report.load.requests
+        failed = rows.filter((pl.col("error") != "") & ~pl.col("killed"))
+        assert len(failed) and (failed["engine_down"] != "").all(), failed
+        assert (rows.filter(pl.col("error") == "")["engine_down"] == "").all()
+        assert set(report.skipped) == {"solo", "storm", "transfers"}
+        health = findings(report)[0]
+        assert all(health.checks.values()) and "died" in health.title
+        assert len(findings(report)) == 1  # nothing the death cut short is claimed
+
+        # every probe, asked directly, answers with evidence rather than an exception
+        base = gauges(pair)
+        drain = drain_check(pair, base, timeout_s=5)
+        assert not drain.settled and drain.unreadable and drain.down
+        solo = solo_reference(pair, report.load, progress=False)
+        assert solo.judged == 0 and solo.down
+        assert not investigate.wedge_probe(pair, timeout_s=5)
+        assert investigate.kill_storm(pair, n=2) >= 0
+        with pytest.raises(EngineDownError, match="decode0"):
+            dump_buffers(pair, room=1)
+        again = inject_concurrency(pair, sessions=2, turns=1, progress=False)
+        assert again.summary.errors == again.summary.requests
+        assert (again.requests["engine_down"] != "").all() and again.down
+
+
+def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(tmp_path):
+    with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
+        stacks = pair.watch.stacks("decode0")
+        assert "Thread 0x" in stacks and "engine" in stacks
+        pair.watch.stop()
+        pair.start_watch(hang_after_s=2.0, health_every_s=0.5, health_timeout_s=1.0)
+        proc = pair.prefill[0].proc
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 30
+            while not pair.down() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        hung = pair.down()[0]
+        assert isinstance(hung, EngineHung) and hung.process == "prefill0"
+        assert hung.unanswered_s >= 2.0 and hung.recovered_after_s is None
+        deadline = time.monotonic() + 30
+        while pair.down()[0].recovered_after_s is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert pair.down()[0].recovered_after_s is not None
+        assert investigate.wedge_probe(pair, timeout_s=60)
