@@ -44,7 +44,8 @@ findings_ledger = "runs/findings.jsonl"
 log_dir = "runs/06-vllm"
 
 # %%
-from workbench import plots, record_finding
+from workbench import plots
+from workbench.findings import record_drafts
 from workbench.storm import WATCH, StormConfig, findings, launch_and_run
 
 cfg = StormConfig(sessions=sessions, turns=turns, kill_fraction=kill_fraction, storm=storm,
@@ -111,6 +112,6 @@ if report.transfers is not None:
 # %%
 replay = {"notebook": "06_vllm_pd_kill_storm", "backend": "vllm", "seed": seed,
           "sessions": sessions, "turns": turns, "kill_fraction": kill_fraction, "storm": storm}
-for draft in findings(report):
-    print(record_finding(draft.title, draft.checks, evidence=draft.evidence, replay=replay,
-                         source="06_vllm_pd_kill_storm", ledger=findings_ledger))
+for finding in record_drafts(findings(report), replay=replay, source="06_vllm_pd_kill_storm",
+                             ledger=findings_ledger):
+    print(finding)

@@ -14,11 +14,11 @@ import pytest
 
 from workbench import dump_buffers, inject_concurrency, investigate
 from workbench.buffers import EngineDownError
-from workbench.launch import launch_pd_pair
+from workbench.launch import attach, launch_pd_pair
 from workbench.metrics import drain_check, gauges
 from workbench.solo import solo_reference
 from workbench.storm import StormConfig, findings, run_storm
-from workbench.vitals import EngineDied, EngineHung
+from workbench.vitals import EngineDied, EngineHung, EngineUnreachable
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,7 @@ def _when_busy(pair, fault) -> threading.Event:
 def test_servers_killed_mid_load_are_findings_and_no_probe_raises(tmp_path):
     with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
         decode, prefill = pair.decode[0], pair.prefill[0]
+        seen = attach(pair.url, prefill=[prefill.url], decode=[decode.url])  # HTTP only
         fired = _when_busy(pair, lambda: (decode.proc.send_signal(signal.SIGSEGV),
                                           prefill.proc.send_signal(signal.SIGKILL)))
         t0 = time.time()
@@ -80,6 +81,13 @@ def test_servers_killed_mid_load_are_findings_and_no_probe_raises(tmp_path):
         assert again.summary.errors == again.summary.requests
         assert (again.requests["engine_down"] != "").all() and again.down
 
+        deadline = time.monotonic() + 20  # the attached view: servers refusing connections
+        while len(seen.down()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        lost = {o.server for o in seen.down() if isinstance(o, EngineUnreachable)}
+        assert lost == {"decode0", "prefill0"}, seen.down()
+        seen.close()
+
 
 def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(tmp_path):
     with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
@@ -101,5 +109,7 @@ def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(
         deadline = time.monotonic() + 30
         while pair.down()[0].recovered_after_s is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert pair.down()[0].recovered_after_s is not None
+        back = pair.down()[0]
+        assert back.recovered_after_s is not None
+        assert "Thread 0x" in back.stack  # asked while stopped, written once it ran again
         assert investigate.wedge_probe(pair, timeout_s=60)

@@ -68,3 +68,38 @@ def test_the_kernel_reports_a_grandchilds_signal_and_time():
     pid = int(out.stdout.split()[0])
     ended = exits.exit_of(pid, wait_s=5.0)
     assert ended is not None and ended.signal == signal.SIGILL and ended.code is None
+
+
+def test_a_watch_names_a_child_killed_by_a_signal_and_its_parents_own_exit(tmp_path):
+    """A launched process's child (as a vLLM worker is its server's grandchild) killed with
+    SIGILL, then the process itself exiting 3: both recorded, with the signal, code and time."""
+    import time
+
+    import psutil
+
+    from workbench.process import ServerProcess
+    from workbench.watch import ProcessWatch
+
+    script = ("import subprocess, sys, time\n"
+              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "time.sleep(3); sys.exit(3)")
+    srv = ServerProcess("server0", [sys.executable, "-c", script], tmp_path).start()
+    try:
+        deadline = time.monotonic() + 10
+        while not psutil.Process(srv.proc.pid).children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watch = ProcessWatch([srv], health_every_s=60.0).start()
+        child = psutil.Process(srv.proc.pid).children()[0]
+        t0 = time.time()
+        child.send_signal(signal.SIGILL)
+        while len(watch.down()) < 2 and time.monotonic() < deadline + 10:
+            time.sleep(0.1)
+        watch.stop()
+    finally:
+        srv.stop()
+    kid, parent = watch.down()
+    assert kid.process.startswith("server0/") and kid.pid == child.pid
+    if listener().available:
+        assert kid.signal == "SIGILL" and kid.exit_code == -signal.SIGILL
+        assert t0 <= kid.at <= time.time()
+    assert parent.process == "server0" and parent.exit_code == 3 and parent.signal is None

@@ -1,10 +1,18 @@
 """The workbench against a real engine: vLLM prefill + decode over NIXL behind vllm-router
-(issue 12). Needs the pinned side environment (``make vllm-env``; ``make test`` builds it)."""
+(issue 12). Needs the pinned side environment (``make vllm-env``; ``make test`` builds it).
+
+On some hosts a vLLM worker dies on its own (SIGILL on AMX-capable Intel guests, issue 26): a
+test whose pair died asserts the death was recorded in full (process, signal, time, the load's
+rows naming it) and is reported as xfail with the death, so the suite neither fails at random
+nor hides it."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import polars as pl
@@ -12,9 +20,11 @@ import pytest
 
 from workbench import dump_buffers, inject_concurrency, investigate, launch_pd_pair
 from workbench.backends import Capability, MissingCapability
-from workbench.metrics import MetricsSampler, drain_check, gauges, scrape
+from workbench.metrics import MetricsSampler, drain_check, gauges, scrape, transfer_stats
 from workbench.queues import QueueSampler
 from workbench.solo import solo_reference
+from workbench.storm import StormConfig, findings, run_storm
+from workbench.vitals import EngineDied, lasting
 from workbench.vllm import MODEL_DIR
 
 pytestmark = pytest.mark.slow
@@ -61,13 +71,32 @@ def pair(vllm_env, tmp_path_factory):
         yield p
 
 
+def xfail_if_died(pair, load=None) -> None:
+    """When a process of ``pair`` died or hangs: checks the record is complete (and, given the
+    load that met it, that its failed requests name it), then xfails with the evidence."""
+    down = lasting(pair.down())
+    if not down:
+        return
+    for o in down:
+        assert o.process and o.at, o
+        if isinstance(o, EngineDied):
+            assert o.signal or o.exit_code is not None or o.log_tail, o
+    if load is not None:
+        failed = load.requests.filter((pl.col("error") != "") & ~pl.col("killed"))
+        assert (failed["engine_down"] != "").all(), failed.select("error", "engine_down")
+    pytest.xfail("the vLLM pair lost a process (recorded): "
+                 + "; ".join(o.describe() for o in down))
+
+
 def test_vllm_pd_pair_serves_tool_calls_parsed_by_vllm_over_nixl(pair):
     """Structured tool_calls come from vLLM's own deepseek_v32 parser; KV moved over NIXL (the
     decode's nixl transfer histogram counts them); the solo reference judges every response."""
+    xfail_if_died(pair)
     names = {"vllm:num_requests_running", "vllm:num_requests_waiting",
              "vllm:kv_cache_usage_perc", "vllm:nixl_xfer_time_seconds_count"}
     with MetricsSampler(pair, interval_s=0.5, names=names) as sampler:
         res = inject_concurrency(pair, sessions=8, turns=2, seed=0, progress=False)
+    xfail_if_died(pair, res)
     s = res.summary
     errors = res.requests["error"].drop_nulls().unique().to_list()[:3]
     assert s.errors == 0 and s.completed == s.requests >= 24, (s, errors)  # 1-4 rounds each
@@ -85,17 +114,20 @@ def test_vllm_pd_pair_serves_tool_calls_parsed_by_vllm_over_nixl(pair):
     assert xfers >= s.requests, f"decode counted {xfers} NIXL transfers for {s.requests} requests"
 
     solo = solo_reference(pair, res, repeats=2, progress=False)
+    xfail_if_died(pair)
     assert solo.judged == s.completed and solo.baseline_runs == solo.prompts
     assert solo.baseline_mismatches == 0  # greedy vLLM on CPU is deterministic alone
     assert not solo.beyond_baseline, solo.requests.filter(~pl.col("solo_match"))
 
 
 def test_kill_storm_then_drain_is_measured_from_metrics(pair):
+    xfail_if_died(pair)
     baseline = gauges(pair)
     assert set(baseline["name"]) >= {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"}
     killed = investigate.kill_storm(pair, n=12, kill_at_s=0.2, seed=1, max_tokens=160)
     assert killed >= 6
     report = drain_check(pair, baseline, timeout_s=30)
+    xfail_if_died(pair)
     assert set(report.last["role"]) == {"prefill", "decode"}
     assert report.settled, report.leftovers  # vLLM frees aborted requests' blocks
     assert investigate.wedge_probe(pair, timeout_s=60)
@@ -119,3 +151,53 @@ def test_launch_rejects_embedded_options_for_vllm():
         launch_pd_pair(backend="vllm", patches=["bf16_index_k"])
     with pytest.raises(KeyError, match="valid: embedded, openai, vllm"):
         launch_pd_pair(backend="sglang-server")
+
+
+def _running(url: str) -> float:
+    try:
+        return sum(s.value for s in scrape(url) if s.name == "vllm:num_requests_running")
+    except Exception:  # noqa: BLE001 - a server between states reads as idle
+        return 0.0
+
+
+def test_vllm_workers_killed_mid_load_are_recorded_and_no_probe_raises(pair):
+    """SIGSEGV to the decode's worker and SIGKILL to the prefill's, once the decode runs a
+    request: the run completes, the report names both processes with their signals and times,
+    the load's failed rows name them, later stages are skipped, and every probe still answers.
+    Runs last: it leaves the module's pair dead."""
+    xfail_if_died(pair)
+    import psutil
+
+    def worker(srv):
+        kids = psutil.Process(srv.proc.pid).children(recursive=True)
+        return next(k for k in kids if "Worker" in k.name())
+    targets = [(worker(pair.decode[0]), signal.SIGSEGV), (worker(pair.prefill[0]), signal.SIGKILL)]
+    fired = threading.Event()
+
+    def kill_when_busy() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and _running(pair.decode[0].url) < 1:
+            time.sleep(0.05)
+        for proc, sig in targets:
+            proc.send_signal(sig)
+        fired.set()
+    threading.Thread(target=kill_when_busy, daemon=True).start()
+    t0 = time.time()
+    report = run_storm(pair, StormConfig(sessions=8, turns=2, storm=4, seed=5))
+    assert fired.is_set()
+    died = {o.pid: o for o in report.down if isinstance(o, EngineDied)}
+    for proc, sig in targets:
+        o = died[proc.pid]
+        assert "VLLM::Worker" in o.process and o.server in ("decode0", "prefill0")
+        if o.signal is not None:  # the kernel's record (no proc connector: from vLLM's log)
+            assert o.signal == sig.name, o
+        assert t0 <= o.at <= time.time()
+    assert any(o.signal for o in died.values())
+    rows = report.load.requests
+    failed = rows.filter((pl.col("error") != "") & ~pl.col("killed"))
+    assert len(failed) and (failed["engine_down"] != "").all()
+    assert "solo" in report.skipped and "VLLM::Worker" in findings(report)[0].title
+    assert not drain_check(pair, gauges(pair), timeout_s=5).settled
+    assert transfer_stats(pair) is not None
+    assert solo_reference(pair, report.load, progress=False).judged == 0
+    assert not investigate.wedge_probe(pair, timeout_s=10)

@@ -116,6 +116,23 @@ def _checks(checks: Mapping[str, object]) -> dict[str, bool]:
     return out
 
 
+@dataclass(frozen=True)
+class FindingDraft:
+    """A claim a library computed from its measurements, for ``record_finding``: the notebook
+    records it (so the ledger keeps who ran it, with which replay) rather than composing it."""
+
+    title: str
+    checks: dict[str, bool]
+    evidence: dict
+
+
+def record_drafts(drafts: list[FindingDraft], *, replay: Mapping | None = None,
+                  source: str = "", ledger: str | Path | None = DEFAULT_LEDGER) -> list[Finding]:
+    """``record_finding`` for each draft, in order (the first that does not hold raises)."""
+    return [record_finding(d.title, d.checks, evidence=d.evidence, replay=replay, source=source,
+                           ledger=ledger) for d in drafts]
+
+
 def record_finding(title: str, checks: Mapping[str, object], *, evidence: Mapping | None = None,
                    replay: Mapping | None = None, source: str = "",
                    ledger: str | Path | None = DEFAULT_LEDGER) -> Finding:

@@ -18,6 +18,7 @@ import polars as pl
 
 from workbench import investigate
 from workbench.concurrency import LoadResult, inject_concurrency
+from workbench.findings import FindingDraft
 from workbench.launch import launch_pd_pair
 from workbench.metrics import (
     DrainReport,
@@ -83,15 +84,6 @@ class StormReport:
         s = self.series.filter((pl.col("name") == XFER_COUNT) & (pl.col("role") == "decode")
                                & (pl.col("t_s") <= t - self.series_t0))
         return float(s.sort("t_s")["value"][-1]) if len(s) else 0.0
-
-
-@dataclass(frozen=True)
-class FindingDraft:
-    """A claim for ``record_finding``: title, checks (all hold when drafted), evidence."""
-
-    title: str
-    checks: dict[str, bool]
-    evidence: dict
 
 
 def launch_and_run(cfg: StormConfig, log_dir: str | Path, backend: str = "vllm") -> StormReport:

@@ -42,6 +42,7 @@ class _State:
     """What the watch knows of one server between polls."""
 
     log_start: int = 0
+    pid: int | None = None
     children: dict[int, str] = field(default_factory=dict)
     pending: dict[int, tuple[str, float, float]] = field(default_factory=dict)  # pid ->
     alive_at: float = field(default_factory=time.time)  # (name, alive_at, at) of vanished kids
@@ -50,6 +51,7 @@ class _State:
     failures: int = 0
     next_probe: float = 0.0
     hung: int | None = None  # index of its open EngineHung in the observations
+    asked_at: int | None = None  # log size when its stacks were asked for
 
 
 @dataclass(eq=False)
@@ -73,8 +75,7 @@ class ProcessWatch:
     def start(self) -> ProcessWatch:
         self._exits = listener()
         for srv in self.servers:
-            st = self._states[srv.name] = _State(log_start=_size(srv))
-            st.children = _children(srv)
+            self._states[srv.name] = _fresh(srv)
         self._thread = threading.Thread(target=self._loop, daemon=True, name="ProcessWatch")
         self._thread.start()
         return self
@@ -131,6 +132,8 @@ class ProcessWatch:
                     log.exception("watch of %s failed", srv.name)
 
     def _poll(self, srv: ServerProcess, st: _State, probe: bool) -> None:
+        if srv.proc is not None and srv.proc.pid != st.pid:  # restarted on its port
+            st = self._states[srv.name] = _fresh(srv)
         if st.dead:
             return
         now = time.time()
@@ -158,7 +161,7 @@ class ProcessWatch:
             ok, error = False, f"{type(exc).__name__}: {exc}"[:200]
         now = time.time()
         if ok:
-            self._answered(st, now)
+            self._answered(srv, st, now)
             return
         st.failures += 1
         st.silent_since = st.silent_since or now
@@ -168,16 +171,21 @@ class ProcessWatch:
         elif now - st.silent_since >= self.hang_after_s and st.hung is None:
             self._hung(srv, st, now, error)
 
-    def _answered(self, st: _State, now: float) -> None:
+    def _answered(self, srv: ServerProcess, st: _State, now: float) -> None:
         if st.hung is not None:
+            # a stopped process dumps the stacks it was asked for once it runs again
+            late = _read_from(srv, st.asked_at) if st.asked_at is not None else ""
             with self._lock:
                 h = self._obs[st.hung]
-                self._obs[st.hung] = replace(h, recovered_after_s=round(now - h.at, 2))
+                self._obs[st.hung] = replace(h, recovered_after_s=round(now - h.at, 2),
+                                             stack=h.stack or late)
         st.failures, st.silent_since, st.hung = 0, None, None
 
     def _hung(self, srv: ServerProcess, st: _State, now: float, error: str) -> None:
         pid = srv.proc.pid if srv.proc is not None else None
-        stack = _ask_stack(srv) if srv.proc is not None and srv.stack_signal else ""
+        asking = srv.proc is not None and srv.stack_signal
+        st.asked_at = _size(srv) if asking else None
+        stack = _ask_stack(srv) if asking else ""
         with self._lock:
             st.hung = len(self._obs)
             self._obs.append(EngineHung(srv.name, srv.name, pid, st.silent_since,
@@ -194,11 +202,15 @@ class ProcessWatch:
             at = alive_at = ended.at
         if code is None and process != srv.name and ev.workers:
             code = _worker_code(ev.workers, process.rsplit("/", 1)[-1])
-        sig = signal_name(code) or ev.signal
+        sig = signal_name(code) if code is not None else ev.signal
         self._add(EngineDied(srv.name, process, pid, code, sig, at, round(at - self.t0, 2),
                              ev.tail, ev.stack, str(srv.log_path), alive_at))
 
     def _flush(self, force: bool) -> None:
+        with self._polling:
+            self._flush_locked(force)
+
+    def _flush_locked(self, force: bool) -> None:
         now = time.time()
         for srv in self.servers:
             st = self._states.get(srv.name)
@@ -225,6 +237,11 @@ def _worker_code(workers: dict[str, int | None], name: str) -> int | None:
     return list(workers.values())[-1]
 
 
+def _fresh(srv: ServerProcess) -> _State:
+    return _State(log_start=_size(srv), pid=srv.proc.pid if srv.proc else None,
+                  children=_children(srv))
+
+
 def _size(srv: ServerProcess) -> int:
     try:
         return srv.log_path.stat().st_size
@@ -243,7 +260,8 @@ def _children(srv: ServerProcess) -> dict[int, str]:
     out = {}
     for k in kids:
         try:
-            out[k.pid] = k.name()
+            if k.status() != psutil.STATUS_ZOMBIE:  # dead, not yet reaped by its parent
+                out[k.pid] = k.name()
         except psutil.Error:
             continue
     return out
@@ -258,6 +276,13 @@ def _ask_stack(srv: ServerProcess, wait_s: float = 1.0) -> str:
     except ProcessLookupError:
         return ""
     time.sleep(wait_s)
-    with open(srv.log_path, "rb") as f:
-        f.seek(start)
-        return f.read().decode(errors="replace")[-8000:]
+    return _read_from(srv, start)
+
+
+def _read_from(srv: ServerProcess, offset: int, limit: int = 8000) -> str:
+    try:
+        with open(srv.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit).decode(errors="replace")
+    except FileNotFoundError:
+        return ""

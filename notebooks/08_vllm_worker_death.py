@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 — Why does a real vLLM decode worker die on its first NIXL transfer?
+#
+# A fresh-clone CI run lost notebook 06: the vLLM decode's worker died one second after its
+# first NIXL transfer (`Worker proc VllmWorker-0 died unexpectedly`), and on the same host,
+# quiet, both pairs of `bench.nixl_progress` lost it too, with exit code -4: **SIGILL**. That
+# host was an AMX-capable Intel guest; the README's tables were measured on an AMD EPYC.
+#
+# The workbench's own tools measure it here:
+#
+# - **the rate** with its 95% interval, from fresh pairs under notebook 06's load, one
+#   `workbench.crash_study` condition at a time (quiet; a busy neighbour core; NIXL's stock
+#   busy-polling progress thread); every pair records the host's CPU model and ISA flags, which
+#   process died, with which signal (the kernel's own exit record, `workbench.exits`), after how
+#   many NIXL transfers, with how many requests in flight, and its stack;
+# - **the ISA path**: what vLLM's CPU attention picks on this host, and whether the process may
+#   use AMX tiles at all (Linux grants tile state only on request; a tile instruction without it
+#   is SIGILL).
+#
+# The measurements of the committed study file are read by default (`pairs = 0`); set `pairs` to
+# run that many fresh pairs per condition on this machine instead (about 80 s each).
+
+# %% tags=["parameters"]
+outcomes_file = "data/findings/crash_study.jsonl"
+pairs = 0
+conditions = ["quiet", "busy", "busy-stock"]
+min_pairs = 12
+findings_ledger = "runs/findings.jsonl"
+log_dir = "runs/08-crash-study"
+
+# %%
+from dataclasses import asdict
+
+import polars as pl
+
+from workbench import plots
+from workbench.crash_study import findings, host, rates, read_outcomes, run_study
+from workbench.isa import isa_probe
+from workbench.findings import record_drafts
+
+if pairs > 0:
+    outcomes_file = f"{log_dir}/outcomes.jsonl"
+    run_study(conditions, pairs, outcomes_file, log_dir)
+outcomes = read_outcomes(outcomes_file)
+here = host()
+print(f"this machine: {here.cpu} ({here.vendor}), ISA flags {here.flags}, {here.cores} cores")
+print(f"study: {len(outcomes)} pairs from {outcomes_file}, measured on "
+      f"{sorted(set(outcomes['cpu']))}")
+
+# %% [markdown]
+# ## Death rate per condition
+
+# %%
+table = rates(outcomes)
+print("death rate per condition (95% Wilson interval):")
+table
+
+# %%
+plots.plot_rates(table.rename({"condition": "variant", "death_rate": "rate", "ci_low": "lo",
+                               "ci_high": "hi"}), label="variant");
+
+# %% [markdown]
+# ## Every pair that lost a process: which, how, when
+
+# %%
+outcomes.filter(pl.col("died") | pl.col("hung") | (pl.col("launch_error") != "")).select(
+    "condition", "index", "process", "signal", "after_launch_s", "transfers_before",
+    "in_flight", "errors", "launch_error", "stack")
+
+# %% [markdown]
+# ## The ISA path vLLM takes on this machine
+
+# %%
+probe = isa_probe()
+print(asdict(probe), "predicts SIGILL:", probe.predicts_sigill)
+
+# %% [markdown]
+# ## NIXL transfer times per pair (issue 12's stall, re-measured with the pacing in place)
+
+# %%
+outcomes.group_by("condition", maintain_order=True).agg(
+    pl.len().alias("pairs"), pl.col("transfers").median().alias("transfers_median"),
+    pl.col("xfer_p50_s").median().alias("p50_median_s"),
+    pl.col("xfer_p90_s").max().alias("p90_worst_s"), pl.col("errors").sum().alias("errors"))
+
+# %% [markdown]
+# ## Findings
+
+# %%
+replay = {"notebook": "08_vllm_worker_death", "outcomes": outcomes_file, "pairs": pairs,
+          "conditions": conditions}
+for finding in record_drafts(findings(outcomes, probe, here, min_pairs), replay=replay,
+                             source="08_vllm_worker_death", ledger=findings_ledger):
+    print(finding)
