@@ -267,15 +267,23 @@ def _children(srv: ServerProcess) -> dict[int, str]:
     return out
 
 
-def _ask_stack(srv: ServerProcess, wait_s: float = 1.0) -> str:
+def _ask_stack(srv: ServerProcess, wait_s: float = 5.0) -> str:
     """Asks a live server for its Python stacks (faulthandler on ``STACK_SIGNAL``) and returns
-    what it wrote to its log."""
+    what it wrote to its log: waits up to ``wait_s`` for the dump to start, then while it grows
+    (a busy host schedules the handler late; a stopped process writes nothing until resumed)."""
     start = _size(srv)
     try:
         os.kill(srv.proc.pid, STACK_SIGNAL)
     except ProcessLookupError:
         return ""
-    time.sleep(wait_s)
+    deadline, seen = time.monotonic() + wait_s, -1
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        text = _read_from(srv, start)
+        if "Thread 0x" in text or "Current thread" in text:
+            if len(text) == seen:
+                return text
+            seen = len(text)
     return _read_from(srv, start)
 
 
