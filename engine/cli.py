@@ -58,8 +58,9 @@ def serve(argv: list[str]) -> None:
     if args.overlap_schedule:
         cfg = cfg.replace(patches=cfg.patches | {"overlap_schedule"})
     engine, app = build(args, cfg)
-    # a watcher asks a silent server for its stacks with SIGUSR2 (workbench.watch)
-    faulthandler.register(signal.SIGUSR2, all_threads=True)
+    # a watcher asks a silent server for a stack with SIGUSR2 (workbench.watch); one thread's
+    # only: dumping all threads from a handler while they run can crash the process
+    faulthandler.register(signal.SIGUSR2, all_threads=False)
     engine.start()
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning",

@@ -92,7 +92,7 @@ def test_servers_killed_mid_load_are_findings_and_no_probe_raises(tmp_path):
 def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(tmp_path):
     with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
         stacks = pair.watch.stacks("decode0")
-        assert "Thread 0x" in stacks and "engine" in stacks
+        assert "most recent call first" in stacks and 'File "' in stacks
         pair.watch.stop()
         pair.start_watch(hang_after_s=3.0, health_every_s=0.5, health_timeout_s=2.0)
         proc = pair.prefill[0].proc
@@ -114,5 +114,5 @@ def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(
             time.sleep(0.5)
         back = prefill_hang()
         assert back.recovered_after_s is not None
-        assert "Thread 0x" in back.stack  # asked while stopped, written once it ran again
+        assert not [o for o in pair.down() if isinstance(o, EngineDied)]  # asking harmed nothing
         assert investigate.wedge_probe(pair, timeout_s=60)

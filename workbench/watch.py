@@ -267,23 +267,26 @@ def _children(srv: ServerProcess) -> dict[int, str]:
     return out
 
 
-def _ask_stack(srv: ServerProcess, wait_s: float = 5.0) -> str:
-    """Asks a live server for its Python stacks (faulthandler on ``STACK_SIGNAL``) and returns
-    what it wrote to its log: waits up to ``wait_s`` for the dump to start, then while it grows
-    (a busy host schedules the handler late; a stopped process writes nothing until resumed)."""
+def _ask_stack(srv: ServerProcess, wait_s: float = 2.0, tries: int = 3) -> str:
+    """Asks a live server for the Python stack of the thread the signal lands in (faulthandler on
+    ``STACK_SIGNAL``, registered with ``all_threads=False``: dumping every thread from a signal
+    handler while they run crashed a resumed prefill with SIGSEGV) and returns what it wrote to
+    its log. A signal that lands in a native thread writes nothing, so it is sent up to ``tries``
+    times; a stopped process writes nothing until it runs again."""
     start = _size(srv)
-    try:
-        os.kill(srv.proc.pid, STACK_SIGNAL)
-    except ProcessLookupError:
-        return ""
-    deadline, seen = time.monotonic() + wait_s, -1
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        text = _read_from(srv, start)
-        if "Thread 0x" in text or "Current thread" in text:
-            if len(text) == seen:
-                return text
-            seen = len(text)
+    for _ in range(tries):
+        try:
+            os.kill(srv.proc.pid, STACK_SIGNAL)
+        except ProcessLookupError:
+            return ""
+        deadline, seen = time.monotonic() + wait_s, -1
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            text = _read_from(srv, start)
+            if "most recent call first" in text:
+                if len(text) == seen:
+                    return text
+                seen = len(text)
     return _read_from(srv, start)
 
 

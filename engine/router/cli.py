@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("router on %s:%d: %s", args.host, args.port, cfg)
-    faulthandler.register(signal.SIGUSR2, all_threads=True)  # stacks for a watcher (SIGUSR2)
+    faulthandler.register(signal.SIGUSR2, all_threads=False)  # stacks for a watcher (SIGUSR2)
     uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=2, timeout_keep_alive=SERVER_KEEP_ALIVE_S)
 
