@@ -88,13 +88,13 @@ class ProcessWatch:
         self._flush(force=True)
 
     def down(self) -> tuple[EngineDown, ...]:
-        """Every death and hang seen so far, oldest first; the processes are looked at once more
+        """Every death and hang seen so far, earliest first; the processes are looked at once more
         first (a caller that just saw requests fail learns why without waiting for the thread)."""
         if self._thread is not None and not self._stop.is_set():
             self._poll_all(probe=False)
         self._flush(force=True)
-        with self._lock:
-            return tuple(self._obs)
+        with self._lock:  # in the order they happened (a child is seen dead after its parent)
+            return tuple(sorted(self._obs, key=lambda o: o.since))
 
     def dead(self) -> tuple[EngineDied, ...]:
         return tuple(o for o in self.down() if isinstance(o, EngineDied))
