@@ -31,8 +31,9 @@ from workbench.concurrency import inject_concurrency, wilson
 from workbench.findings import FindingDraft
 from workbench.isa import IsaProbe
 from workbench.launch import launch_pd_pair
-from workbench.metrics import transfer_stats
+from workbench.metrics import MetricsSampler, transfer_stats
 from workbench.process import LaunchError
+from workbench.storm import XFER_COUNT, transfers_before
 from workbench.vitals import EngineDied, lasting
 from workbench.vllm import VllmOptions
 
@@ -148,8 +149,10 @@ def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> P
             return replace(base, launch_error=str(exc)[-2000:])
         with pair:
             startup = round(time.time() - t0, 1)
-            load = inject_concurrency(pair, sessions=sessions, turns=2, kill_fraction=0.25,
-                                      seed=seed, progress=False, request_timeout_s=120)
+            with MetricsSampler(pair, interval_s=0.5, names={XFER_COUNT}) as sampler:
+                series_t0 = time.time()
+                load = inject_concurrency(pair, sessions=sessions, turns=2, kill_fraction=0.25,
+                                          seed=seed, progress=False, request_timeout_s=120)
             xfers = transfer_stats(pair)
             down = lasting(pair.down())
     out = replace(base, startup_s=startup, requests=load.summary.requests,
@@ -161,6 +164,7 @@ def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> P
     first = died[0] if died else down[0]
     return replace(out, died=bool(died), hung=not died, process=first.process,
                     signal=getattr(first, "signal", None), after_launch_s=first.after_launch_s,
+                    transfers_before=transfers_before(sampler.frame(), series_t0, first.since),
                     in_flight=first.in_flight, stack=getattr(first, "stack", "")[:3000],
                     log_tail=tuple(getattr(first, "log_tail", ())[-15:]))
 

@@ -79,11 +79,17 @@ class StormReport:
 
     def transfers_before(self, t: float) -> float | None:
         """NIXL transfers the decode had counted by wall time ``t`` (from the sampled series)."""
-        if not len(self.series):
-            return None
-        s = self.series.filter((pl.col("name") == XFER_COUNT) & (pl.col("role") == "decode")
-                               & (pl.col("t_s") <= t - self.series_t0))
-        return float(s.sort("t_s")["value"][-1]) if len(s) else 0.0
+        return transfers_before(self.series, self.series_t0, t)
+
+
+def transfers_before(series: pl.DataFrame, t0: float, t: float) -> float | None:
+    """The decode's NIXL transfer count at wall time ``t`` in a ``MetricsSampler`` series whose
+    ``t_s = 0`` is wall time ``t0``; None when nothing was sampled."""
+    if not len(series):
+        return None
+    s = series.filter((pl.col("name") == XFER_COUNT) & (pl.col("role") == "decode")
+                      & (pl.col("t_s") <= t - t0))
+    return float(s.sort("t_s")["value"][-1]) if len(s) else 0.0
 
 
 def launch_and_run(cfg: StormConfig, log_dir: str | Path, backend: str = "vllm") -> StormReport:

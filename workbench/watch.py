@@ -96,9 +96,6 @@ class ProcessWatch:
         with self._lock:  # in the order they happened (a child is seen dead after its parent)
             return tuple(sorted(self._obs, key=lambda o: o.since))
 
-    def dead(self) -> tuple[EngineDied, ...]:
-        return tuple(o for o in self.down() if isinstance(o, EngineDied))
-
     def stacks(self, server: str) -> str:
         """Asks the live launched server ``server`` for every thread's Python stack (faulthandler
         on ``SIGUSR2``); '' when it cannot answer (not ours, not registered, dead or stopped)."""
