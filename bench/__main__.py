@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> list[TableRow]:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     if args.verbose:
-        for name in ("bench", "workbench.launch"):
+        for name in ("bench", "workbench.deploy.launch"):
             logging.getLogger(name).setLevel(logging.INFO)
     selected = [b for b in BENCHMARKS if not args.only or b.name in args.only]
     head = header()

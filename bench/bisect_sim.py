@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.table import TableRow
-from workbench.bisect import (
+from workbench.search.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
     BisectResult,
     RatePriorArg,

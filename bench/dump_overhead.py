@@ -30,8 +30,8 @@ import numpy as np
 
 from bench.table import TableRow
 from engine.training.datagen import make_transcript
-from workbench.buffers import dump_buffers
-from workbench.launch import PDPair, launch_pd_pair
+from workbench.deploy.launch import PDPair, launch_pd_pair
+from workbench.observe.buffers import dump_buffers
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Run ``python -m bench.repro_time [--runs 5] [--cap-s 60] [--quick]``.  Each run launches a fresh
 PD pair with the buggy variants (``hicache_index_k_no_wait`` + ``bf16_index_k``, the race engine
-settings and seeded faults of ``workbench.series``) and runs seeded concurrency bursts
+settings and seeded faults of ``workbench.investigate.series``) and runs seeded concurrency bursts
 (``inject_concurrency``, oracle on) until a burst returns a flagged request: a reference mismatch
 or a DSML leak.  The time to reproduce is the seconds from the start of the launch to the return
 of that burst (what a user waits for; resolution = one burst).  A run that has not flagged
@@ -22,16 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.table import TableRow
-from workbench.concurrency import wilson
+from workbench.drive.concurrency import wilson
 from workbench.investigate import BUGGY, reproduce
-from workbench.series import RACE_ENGINE, RACE_FAULTS
+from workbench.investigate.series import RACE_ENGINE, RACE_FAULTS
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Burst:
-    """Shape of one concurrency burst (the trial of ``workbench.series.corruption_trial``)."""
+    """Shape of one concurrency burst (the trial of
+    ``workbench.investigate.series.corruption_trial``)."""
 
     sessions: int = 4
     turns: int = 2

@@ -1,7 +1,8 @@
 """The bug zoo in a simulated PD pair: each bug is swept blind over real mode's shapes.
 
 Run ``python -m bench.sim_pd [--seeds 3] [--replays 3] [--fixed 2] [--bugs ...]``. For every
-``engine.patches.ZOO`` bug, the simulation plays the shapes of ``workbench.shapes.SWEEP_ORDER``
+``engine.patches.ZOO`` bug, the simulation plays the shapes of
+``workbench.drive.shapes.SWEEP_ORDER``
 (``Workload.of_shape``: same engine settings, faults as virtual delays, kills, decode queue) with
 ``--seeds`` schedules each, in order, until a schedule shows an anomaly in real mode's terms
 (flagged response, error, leftover after draining, late write); that schedule is replayed
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from bench.table import TableRow
 from engine.patches import ZOO
 from workbench import sim
-from workbench.shapes import SWEEP_ORDER
+from workbench.drive.shapes import SWEEP_ORDER
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from bench.table import TableRow
 from engine.patches import RARE
 from workbench import sim
-from workbench.bursts import Burst
-from workbench.concurrency import wilson
+from workbench.drive.concurrency import wilson
 from workbench.investigate import reproduce
+from workbench.investigate.bursts import Burst
 
 log = logging.getLogger(__name__)
 SCHEDULES, REAL_BURSTS = 1000, 50

@@ -3,7 +3,7 @@
 Run ``python -m bench.soak [--sessions 256] [--rounds 2] [--kill-fraction 0.25] [--quick]``.
 Each round is one seeded load (``inject_concurrency``, oracle on) of ``sessions`` sessions x 2
 turns in which ``kill_fraction`` of the requests are cancelled by their client mid-flight. After
-the last round the pair drains (``workbench.evidence.settle``). Printed: requests served and
+the last round the pair drains (``workbench.observe.evidence.settle``). Printed: requests served and
 judged correct, client errors by kind, pages and rooms left per role, the transfer-state tables'
 sizes, and each process's resident memory before the first round, after the first and after the
 last (growth after the first round is what a leak looks like; the first round warms caches).
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.table import TableRow
-from workbench.concurrency import inject_concurrency
-from workbench.evidence import settle
-from workbench.launch import launch_pd_pair
-from workbench.pair import PDPair
+from workbench.deploy.launch import launch_pd_pair
+from workbench.deploy.pair import PDPair
+from workbench.drive.concurrency import inject_concurrency
+from workbench.observe.evidence import settle
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import httpx
 from bench.table import TableRow
 from engine.text.dsml import LEAK_MARKERS
 from engine.training.evaluate import eval_prompts
-from workbench.launch import launch_pd_pair
-from workbench.pair import PDPair
+from workbench.deploy.launch import launch_pd_pair
+from workbench.deploy.pair import PDPair
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """Every zoo bug investigated blind: detected, time to first flag, localization, bisection.
 
 Run ``python -m bench.zoo [--quick] [--bugs a b] [--no-bisect]``. For each bug of
-``engine.patches.ZOO``, ``workbench.investigation.investigate`` runs with the bug enabled and is
+``engine.patches.ZOO``, ``workbench.investigate.investigation.investigate`` runs with the bug
+enabled and is
 told nothing else; its diagnosis is then scored against ``TRUTH`` (kept here, never read by the
-investigation). For the bisection column, ``workbench.zoo.plant_history`` plants the bug as an
+investigation). For the bisection column, ``workbench.investigate.zoo.plant_history`` plants the
+bug as an
 unconditional regression in a seeded 16-commit history and ``bisect_commits`` searches it with
 the shape that fired. The fixed control sweeps every shape on the code with no bug.
 Targets: detected within 180 s on 2 cores, >= 90% localized, every bisection right at >= 95%
@@ -21,11 +23,11 @@ from pathlib import Path
 
 from bench.table import TableRow
 from engine.patches import ZOO
-from workbench.commits import bisect_commits
-from workbench.investigation import investigate
-from workbench.localize import Stage
-from workbench.reproduce import sweep
-from workbench.zoo import plant_history
+from workbench.investigate.commits import bisect_commits
+from workbench.investigate.investigation import investigate
+from workbench.investigate.reproduce import sweep
+from workbench.investigate.zoo import plant_history
+from workbench.observe.localize import Stage
 
 log = logging.getLogger(__name__)
 DETECT_S, LOCALIZED, POSTERIOR = 180.0, 0.90, 0.95

@@ -29,7 +29,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 def serve(argv: list[str]) -> None:
     import uvicorn
 
-    from engine.serving.limits import SERVER_KEEP_ALIVE_S
+    from engine.http.limits import SERVER_KEEP_ALIVE_S
 
     ap = argparse.ArgumentParser(prog="engine serve")
     ap.add_argument("--host", default="127.0.0.1")
@@ -58,7 +58,7 @@ def serve(argv: list[str]) -> None:
     if args.overlap_schedule:
         cfg = cfg.replace(patches=cfg.patches | {"overlap_schedule"})
     engine, app = build(args, cfg)
-    # a watcher asks a silent server for a stack with SIGUSR2 (workbench.watch); one thread's
+    # a watcher asks a silent server for a stack with SIGUSR2 (workbench.deploy.watch); one thread's
     # only: dumping all threads from a handler while they run can crash the process
     faulthandler.register(signal.SIGUSR2, all_threads=False)
     engine.start()

@@ -43,8 +43,10 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import investigate, plots, record_finding, reproduce
-
+from workbench import investigate, record_finding
+from workbench.investigate import reproduce
+from workbench import judge
+from workbench.report import plots
 
 pl.Config.set_tbl_rows(30)
 pl.Config.set_fmt_str_lengths(90)
@@ -64,10 +66,10 @@ rates = investigate.rates_table([buggy, fixed])
 rates
 
 # %%
-plots.plot_rates(rates);
+plots.plot_rates(rates)
 
 # %%
-plots.plot_bursts([buggy, fixed]);
+plots.plot_bursts([buggy, fixed])
 
 # %% [markdown]
 # What the oracle flagged: tool-call turns whose DSML block is malformed (a truncated parameter
@@ -158,14 +160,14 @@ pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])
 # are checked against the real code (`tests/test_parser_fidelity.py`). Here the tokens the
 # buggy run actually generated in each session's first flagged turn, where it leaked under
 # `strict`, are parsed again under every variant, one-shot and streamed token by token
-# (`investigate.symptoms`): no race, no server, the same tokens for every parser. On seed 0 we
+# (`workbench.judge.symptoms`): no race, no server, the same tokens for every parser. On seed 0 we
 # measured: `strict` leaks all of them; a broken call turn becomes a call with empty arguments
 # under 0.5.15 and vanishes under 0.5.23; answer turns that start mid-block leak one-shot under
 # both releases and vanish from both when streamed.
 
 # %%
 corrupted = investigate.first_flags(buggy).filter(pl.col("v_leaked"))
-seen = investigate.symptoms(corrupted)
+seen = judge.symptoms(corrupted)
 counts = {col: seen[col].value_counts().sort(col).rows() for col in seen.columns[4:]}
 shown = seen.select(seen.columns[4:])
 print(record_finding(

@@ -46,6 +46,7 @@ from workbench import (
     record_finding,
     reproduce,
 )
+from workbench.observe import localize
 
 pl.Config.set_tbl_rows(40)
 pl.Config.set_fmt_str_lengths(120)
@@ -60,7 +61,7 @@ ref = ReferenceBuffers(rep.engine_config())
 captured = {p.name for p in rep.captures}
 flagged = [r for r in bad["room"].to_list()
            if all(f"room-{r}-{role}.safetensors" in captured for role in ("prefill", "decode"))]
-locs = [investigate.localize(rep, r, ref) for r in flagged[:rooms]]
+locs = [localize(rep, r, ref) for r in flagged[:rooms]]
 for loc in locs:
     print(loc.describe())
 loc = locs[0]
@@ -80,10 +81,10 @@ print(f"room {room}: {loc.prompt_len} prompt tokens, {loc.num_cached} of them re
 side = prefill if loc.first is None or loc.first.stage.name == "PREFILL" else decode
 d = diff_against_reference(side, ref)
 buffer = loc.first.buffer if loc.first and loc.first.buffer in set(d.summary["buffer"]) else "k"
-plots.plot_diff_heatmap(d, buffer);
+plots.plot_diff_heatmap(d, buffer)
 
 # %%
-plots.plot_layer_errors(d);
+plots.plot_layer_errors(d)
 
 # %% [markdown]
 # ## Finding 1: where the corruption first appears

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import polars as pl
 
-from workbench import PatchSeries, bisect_patch_series, plots, record_finding
+from workbench import PatchSeries, bisect_patch_series, record_finding
+from workbench.report import plots
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
 print("candidates:", PatchSeries(tuple(series)).labels())
@@ -53,10 +54,10 @@ print(f"culprit {res.culprit} with posterior {res.confidence:.3f} after {res.tri
 pl.DataFrame({"candidate": list(res.posterior), "posterior": list(res.posterior.values())})
 
 # %%
-plots.plot_posterior(res);
+plots.plot_posterior(res)
 
 # %%
-plots.plot_trial_timeline(res.history);
+plots.plot_trial_timeline(res.history)
 
 # %%
 res.history

@@ -41,18 +41,21 @@ import time
 
 import polars as pl
 
-from workbench import investigate, launch_pd_pair, plots, record_finding
+from workbench import investigate, launch_pd_pair, record_finding
+from workbench.drive import kill_storm, wedge_probe
+from workbench.observe import QueueSampler
+from workbench.report import plots
 
 frames, rows = [], []
 for name, patches in variants.items():
     with launch_pd_pair(patches=patches, engine=investigate.RACE_ENGINE,
                         faults={"seed": 1, "transfer_fixed_ms": transfer_fixed_ms},
                         decode_args=("--max-transfer-queue", str(max_transfer_queue))) as pair:
-        with investigate.QueueSampler(pair, interval_s=0.2) as sampler:
-            killed = investigate.kill_storm(pair, kills, kill_at_s)
+        with QueueSampler(pair, interval_s=0.2) as sampler:
+            killed = kill_storm(pair, kills, kill_at_s)
             time.sleep(settle_s)
             transfer = pair.debug("/debug/queues")["transfer"]
-            served = investigate.wedge_probe(pair, timeout_s=probe_timeout_s)
+            served = wedge_probe(pair, timeout_s=probe_timeout_s)
         frames.append(sampler.frame().with_columns(pl.lit(name).alias("variant")))
         rows.append({"variant": name, "killed": killed, "transfer_entries": len(transfer),
                      "orphaned": sum(bool(e["orphaned"]) for e in transfer),

@@ -31,7 +31,7 @@ source = None  # a checkout to investigate (default: this one)
 patches = []  # patch variants to enable (a zoo bug, to rehearse)
 seed = 0
 cap_s = None  # bound on the sweep, seconds
-shapes = None  # default: every shape of investigate.SWEEP_ORDER
+shapes = None  # default: every shape of workbench.drive.SWEEP_ORDER
 commits = None  # "good..bad" in source's repository, to bisect after a hit
 out_dir = "runs/investigate"
 findings_ledger = "runs/findings.jsonl"
@@ -39,12 +39,13 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import investigate, plots, record_finding
+from workbench import investigate, record_finding
+from workbench.report import plots
 
 pl.Config.set_tbl_cols(24)
 pl.Config.set_fmt_str_lengths(120)
 good_bad = tuple(commits.split("..")) if commits else None
-inv = investigate.run(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
+inv = investigate.investigate(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
                       commits=good_bad, out_dir=out_dir)
 rates = inv.summary()
 rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",
@@ -52,7 +53,7 @@ rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "
              "undrained_bursts", "judged_rooms", "buffer_flags")
 
 # %%
-plots.plot_rates(rates, label="shape");
+plots.plot_rates(rates, label="shape")
 
 # %% [markdown]
 # ## Where it arises

@@ -30,7 +30,7 @@
 #   NIXL transfers and their time histogram), and a **drain check** after a kill storm.
 #
 # Findings are recorded as measured, whichever way they fall. The pair's processes are watched
-# throughout (`workbench.watch`): if one dies or hangs (a vLLM worker has died on its first NIXL
+# throughout (`workbench.deploy.watch`): if one dies or hangs (a vLLM worker has died on its first NIXL
 # transfer on some hosts), the stages after it are skipped and the death itself is the first
 # finding (process, signal, time, requests in flight, stack and log), never a failed cell.
 
@@ -44,9 +44,9 @@ findings_ledger = "runs/findings.jsonl"
 log_dir = "runs/06-vllm"
 
 # %%
-from workbench import plots
-from workbench.findings import record_drafts
-from workbench.storm import WATCH, StormConfig, findings, launch_and_run
+from workbench.investigate.storm import WATCH, StormConfig, findings, launch_and_run
+from workbench.judge.findings import record_drafts
+from workbench.report import plots
 
 cfg = StormConfig(sessions=sessions, turns=turns, kill_fraction=kill_fraction, storm=storm,
                   seed=seed)
@@ -64,7 +64,7 @@ for stage, why in report.skipped.items():
 report.load.summary if report.load else report.launch_error
 
 # %%
-plots.plot_metrics(report.series, WATCH);
+plots.plot_metrics(report.series, WATCH)
 
 # %%
 report.tool_table

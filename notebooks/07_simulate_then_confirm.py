@@ -41,7 +41,9 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import plots, record_finding, reproduce, sim
+from workbench import record_finding, sim
+from workbench.investigate import reproduce
+from workbench.report import plots
 
 workload = sim.Workload(sessions=sessions)
 explored = sim.explore(patches, seeds=range(seeds), workload=workload, strategy=strategy,

@@ -24,9 +24,9 @@
 # The workbench's own tools measure it here:
 #
 # - **the rate** with its 95% interval, from fresh pairs under notebook 06's load, one
-#   `workbench.crash_study` condition at a time (quiet; a busy neighbour core; NIXL's stock
+#   `workbench.investigate.crash_study` condition at a time (quiet; a busy neighbour core; NIXL's stock
 #   busy-polling progress thread); every pair records the host's CPU model and ISA flags, which
-#   process died, with which signal (the kernel's own exit record, `workbench.exits`), after how
+#   process died, with which signal (the kernel's own exit record, `workbench.deploy.exits`), after how
 #   many NIXL transfers, with how many requests in flight, and its stack;
 # - **the ISA path**: what vLLM's CPU attention picks on this host, and whether the process may
 #   use AMX tiles at all (Linux grants tile state only on request; a tile instruction without it
@@ -48,10 +48,10 @@ from dataclasses import asdict
 
 import polars as pl
 
-from workbench import plots
-from workbench.crash_study import findings, host, rates, read_outcomes, run_study
-from workbench.isa import isa_probe
-from workbench.findings import record_drafts
+from workbench.deploy.isa import isa_probe
+from workbench.investigate.crash_study import findings, host, rates, read_outcomes, run_study
+from workbench.judge.findings import record_drafts
+from workbench.report import plots
 
 if pairs > 0:
     outcomes_file = f"{log_dir}/outcomes.jsonl"
@@ -72,7 +72,7 @@ table
 
 # %%
 plots.plot_rates(table.rename({"condition": "variant", "death_rate": "rate", "ci_low": "lo",
-                               "ci_high": "hi"}), label="variant");
+                               "ci_high": "hi"}), label="variant")
 
 # %% [markdown]
 # ## Every pair that lost a process: which, how, when

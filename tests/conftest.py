@@ -32,7 +32,7 @@ def vllm_env() -> Path:
     PDWB_REQUIRE_VLLM=1, so there a missing environment fails; elsewhere it skips."""
     import os
 
-    from workbench.vllm import VllmNotInstalled, vllm_python
+    from workbench.deploy.vllm import VllmNotInstalled, vllm_python
 
     try:
         return vllm_python()

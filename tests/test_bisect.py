@@ -9,17 +9,24 @@ import numpy as np
 import polars as pl
 import pytest
 
-from workbench.bisect import (
+from workbench.search.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
     BisectResult,
     bisect,
     default_repeats,
     fixed_repeat_bisect,
 )
-from workbench.ddmin import ddmin
-from workbench.posterior import Posterior
-from workbench.rate_prior import GridRate, RatePrior
-from workbench.trials import CachedTrial, Counts, Trial, TrialStore, derive_seed, run_parallel
+from workbench.search.ddmin import ddmin
+from workbench.search.posterior import Posterior
+from workbench.search.rate_prior import GridRate, RatePrior
+from workbench.search.trials import (
+    CachedTrial,
+    Counts,
+    Trial,
+    TrialStore,
+    derive_seed,
+    run_parallel,
+)
 
 CANDIDATES = [f"v{i:02d}" for i in range(16)]
 

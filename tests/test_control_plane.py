@@ -17,8 +17,8 @@ from engine.disagg.control import (
 from engine.disagg.messages import Prealloc
 from engine.router.app import Router
 from engine.router.state import RouterConfig
-from workbench.concurrency import inject_concurrency
-from workbench.launch import launch_pd_pair
+from workbench.deploy.launch import launch_pd_pair
+from workbench.drive.concurrency import inject_concurrency
 
 ROUTES = [("get", "/disagg/endpoint"), ("post", "/disagg/connect"), ("post", "/disagg/prealloc"),
           ("post", "/disagg/abort")]

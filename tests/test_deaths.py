@@ -12,13 +12,14 @@ import httpx
 import polars as pl
 import pytest
 
-from workbench import dump_buffers, inject_concurrency, investigate
-from workbench.buffers import EngineDownError
-from workbench.launch import attach, launch_pd_pair
-from workbench.metrics import drain_check, gauges
-from workbench.solo import solo_reference
-from workbench.storm import StormConfig, findings, run_storm
-from workbench.vitals import EngineDied, EngineHung, EngineUnreachable
+from workbench import dump_buffers, inject_concurrency
+from workbench.deploy.launch import attach, launch_pd_pair
+from workbench.deploy.vitals import EngineDied, EngineHung, EngineUnreachable
+from workbench.drive import kill_storm, wedge_probe
+from workbench.drive.solo import solo_reference
+from workbench.investigate.storm import StormConfig, findings, run_storm
+from workbench.observe.buffers import EngineDownError
+from workbench.observe.metrics import drain_check, gauges
 
 pytestmark = pytest.mark.slow
 
@@ -73,8 +74,8 @@ def test_servers_killed_mid_load_are_findings_and_no_probe_raises(tmp_path):
         assert not drain.settled and drain.unreadable and drain.down
         solo = solo_reference(pair, report.load, progress=False)
         assert solo.judged == 0 and solo.down
-        assert not investigate.wedge_probe(pair, timeout_s=5)
-        assert investigate.kill_storm(pair, n=2) >= 0
+        assert not wedge_probe(pair, timeout_s=5)
+        assert kill_storm(pair, n=2) >= 0
         with pytest.raises(EngineDownError, match="decode0"):
             dump_buffers(pair, room=1)
         again = inject_concurrency(pair, sessions=2, turns=1, progress=False)
@@ -115,4 +116,4 @@ def test_a_paused_server_is_hung_then_recovered_and_a_live_one_gives_its_stacks(
         back = prefill_hang()
         assert back.recovered_after_s is not None
         assert not [o for o in pair.down() if isinstance(o, EngineDied)]  # asking harmed nothing
-        assert investigate.wedge_probe(pair, timeout_s=60)
+        assert wedge_probe(pair, timeout_s=60)

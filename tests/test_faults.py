@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from workbench.concurrency import inject_concurrency
-from workbench.launch import launch_pd_pair
-from workbench.process import ServerProcess, python_module
+from workbench.deploy.launch import launch_pd_pair
+from workbench.deploy.process import ServerProcess, python_module
+from workbench.drive.concurrency import inject_concurrency
 
 pytestmark = pytest.mark.slow
 log = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
 """Opens every notebook in a real JupyterLab in headless Chromium and checks that ipywidgets load.
 
 A JupyterLab server (loopback, token, tmp copy of ``notebooks/`` as its root, tmp config/runtime/
-settings dirs, news and update checks off) is driven by Debian Chromium over the DevTools
-protocol (``tests/_cdp.py``). Each notebook must render its panel and cells (the first markdown
+settings dirs, news and update checks off) is driven by Debian Chromium over the DevTools protocol
+(``tests/support/cdp.py``). Each notebook must render its panel and cells (the first markdown
 heading appears in the DOM); a tiny widget notebook run through the real kernel must render an
-``IntProgress`` and an ``IntSlider`` and follow a kernel-side value change. Logs and PNG
-screenshots go to the test's tmp dir.
+``IntProgress`` and an ``IntSlider`` and follow a kernel-side value change. Logs and PNG screenshots
+go to the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from _cdp import Browser, CDPError, _stop_group, find_chromium
+from support.cdp import Browser, CDPError, _stop_group, find_chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -1,4 +1,5 @@
-"""Kernel-variant comparison, fault injection and bisection over kernel sets (workbench.kernels)."""
+"""Kernel-variant comparison, fault injection and bisection over kernel sets
+(workbench.investigate.kernels)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ import pytest  # noqa: E402
 
 from engine.kernels import KERNELS, get_kernels  # noqa: E402
 from engine.registry import UnknownVariantError  # noqa: E402
-from workbench.bisect import bisect, fixed_repeat_bisect  # noqa: E402
-from workbench.ddmin import ddmin  # noqa: E402
-from workbench.kernel_faults import perturb_op  # noqa: E402
-from workbench.kernels import (  # noqa: E402
+from workbench.investigate.kernel_faults import perturb_op  # noqa: E402
+from workbench.investigate.kernels import (  # noqa: E402
     OPS,
     compare_kernels,
     kernel_trial,
@@ -22,6 +21,8 @@ from workbench.kernels import (  # noqa: E402
     model_divergence,
     temporary_kernel_sets,
 )
+from workbench.search.bisect import bisect, fixed_repeat_bisect  # noqa: E402
+from workbench.search.ddmin import ddmin  # noqa: E402
 
 
 def test_torch_and_triton_agree_on_odd_seeded_cases():

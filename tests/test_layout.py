@@ -1,10 +1,14 @@
-"""The project's import graph: no module import cycle anywhere, and engine packages form
-layers (a package never imports one that imports it back)."""
+"""The project's import graph: no module import cycle anywhere; the engine's and the workbench's
+packages import only down their documented ``LAYERS``; the workbench reaches the engine only
+through the seams ``ARCHITECTURE.md`` lists; no module grows past ~300 lines."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("engine", "workbench", "bench")
@@ -103,3 +107,99 @@ def test_engine_packages_are_layered():
             edges.setdefault(d, set())
     assert cycles(edges) == [], edges
     assert "core" in edges["serving"] and "serving" not in edges["core"]
+
+
+def unit_of(mod: str, root: str) -> str | None:
+    """The layer unit of ``mod`` inside ``root`` (``engine.core.engine`` -> ``core``); ``None``
+    for the root package itself and for modules outside it."""
+    parts = mod.split(".")
+    return parts[1] if parts[0] == root and len(parts) > 1 else None
+
+
+def upward_imports(graph: dict[str, set[str]], root: str, layers: tuple[str, ...]) -> list[str]:
+    """Every import inside ``root`` that points up ``layers`` (top first), imports the root
+    package's own ``__init__`` (the public surface is for users), or comes from a unit that
+    ``layers`` does not name."""
+    rank = {u: i for i, u in enumerate(layers)}
+    out = []
+    for mod, deps in graph.items():
+        src = unit_of(mod, root)
+        if src is None:
+            continue
+        if src not in rank:
+            out.append(f"{mod}: unit {src!r} is not in the documented layers")
+            continue
+        for dep in deps:
+            dst = unit_of(dep, root)
+            if dep == root:
+                out.append(f"{mod} -> {dep} (the package's public surface)")
+            elif dst is not None and dst in rank and rank[dst] < rank[src]:
+                out.append(f"{mod} -> {dep} ({dst} is above {src})")
+    return sorted(out)
+
+
+# Where the workbench may reach into the engine: the seams ARCHITECTURE.md documents. Everywhere:
+# settings and the variant registries, the model and its no-cache reference, the text stack
+# (tokenizer, chat template, DSML grammar, parsers), prompt planning, sessions, the dump format
+# and the completion-id format. In-process hosts of engine code (the simulator, the kernel
+# comparison) also reach the engine loop, the PD engines and the simulated runtime; the launcher
+# the control plane's secret and NIXL's pacing; the CLI the engine's override parser.
+SEAMS_EVERYWHERE = ("engine.config", "engine.patches", "engine.registry", "engine.faults",
+                    "engine.model", "engine.text", "engine.serving.generation",
+                    "engine.training.datagen", "engine.core.dump", "engine.serving.responses")
+SEAMS_FOR = {
+    "workbench.sim": ("engine.core", "engine.disagg", "engine.sim", "engine.kernels"),
+    "workbench.investigate.kernels": ("engine.core", "engine.kernels"),
+    "workbench.investigate.kernel_faults": ("engine.kernels",),
+    "workbench.deploy": ("engine.disagg.control", "engine.transfer.progress"),
+    "workbench.cli": ("engine.cli",),
+}
+
+
+def _within(mod: str, prefix: str) -> bool:
+    return mod == prefix or mod.startswith(prefix + ".")
+
+
+def engine_reach(graph: dict[str, set[str]]) -> list[str]:
+    """Workbench imports of engine modules outside the documented seams."""
+    out = []
+    for mod, deps in graph.items():
+        if not _within(mod, "workbench"):
+            continue
+        allowed = SEAMS_EVERYWHERE + tuple(
+            s for owner, seams in SEAMS_FOR.items() if _within(mod, owner) for s in seams)
+        out += [f"{mod} -> {d}" for d in deps
+                if _within(d, "engine") and not any(_within(d, s) for s in allowed)]
+    return sorted(out)
+
+
+def test_layer_check_finds_planted_violations():
+    graph = {"pkg.low.a": {"pkg.high.b"}, "pkg.high.b": {"pkg.low.a"}, "pkg.mid.c": {"pkg"},
+             "pkg.stray.d": set(), "pkg": {"pkg.high.b"}}
+    found = upward_imports(graph, "pkg", ("high", "mid", "low"))
+    assert found == ["pkg.low.a -> pkg.high.b (high is above low)",
+                     "pkg.mid.c -> pkg (the package's public surface)",
+                     "pkg.stray.d: unit 'stray' is not in the documented layers"]
+    assert engine_reach({"workbench.drive.x": {"engine.core.engine", "engine.config"},
+                         "workbench.sim.y": {"engine.core.engine"}}) == [
+        "workbench.drive.x -> engine.core.engine"]
+
+
+@pytest.mark.parametrize("root", ["engine", "workbench"])
+def test_imports_point_down_the_documented_layers(root):
+    layers = importlib.import_module(root).LAYERS
+    graph = import_graph()
+    assert sum(unit_of(m, root) is not None for m in graph) > 30, "the graph was read"
+    assert upward_imports(graph, root, layers) == []
+
+
+def test_the_workbench_reaches_the_engine_only_through_its_seams():
+    assert engine_reach(import_graph()) == []
+
+
+def test_the_workbench_is_packages_not_a_bag_of_files():
+    top = [p.name for p in (ROOT / "workbench").glob("*.py")]
+    assert len(top) <= 10, top
+    long = [str(p.relative_to(ROOT)) for pkg in ("engine", "workbench") for p in
+            (ROOT / pkg).rglob("*.py") if len(p.read_text().splitlines()) > 320]
+    assert long == [], long

@@ -1,11 +1,11 @@
-"""Prometheus helpers of workbench.metrics that need no server."""
+"""Prometheus helpers of workbench.observe.metrics that need no server."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from workbench.metrics import Sample, histogram_quantile
+from workbench.observe.metrics import Sample, histogram_quantile
 
 EXPOSITION = """# HELP vllm:nixl_xfer_time_seconds Histogram of transfer duration
 # TYPE vllm:nixl_xfer_time_seconds histogram

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.findings import read_findings
-from workbench.report import run_report
+from workbench.judge.findings import read_findings
+from workbench.report.render import run_report
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

@@ -14,7 +14,7 @@ from engine.core.sequence import SamplingParams, Sequence
 from engine.model.reference import Reference
 from engine.text.chat import render_prompt
 from engine.training.datagen import make_transcript
-from workbench.oracle import ReferenceOracle, judge
+from workbench.judge.oracle import ReferenceOracle, judge
 
 
 def _prompts(n: int, tk, min_len: int) -> list[list[int]]:

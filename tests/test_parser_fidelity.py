@@ -4,13 +4,13 @@ under many chunkings, must give the same (content, calls) as the real code (>= 9
 from __future__ import annotations
 
 import pytest
-from parser_diff import compare, sglang_reference, variant_runner
-from parser_refs import SGLANG_LEAKY_VERSION, SGLANG_VERSION, sglang_detector
+from support.dsml_fuzz import CATEGORIES, TOOLS, fuzz_cases
+from support.parser_diff import compare, sglang_reference, variant_runner
+from support.parser_refs import SGLANG_LEAKY_VERSION, SGLANG_VERSION, sglang_detector
 
 from engine.config import EngineConfig
 from engine.registry import UnknownVariantError
 from engine.text.parsers import PARSERS, get_parser
-from workbench.dsml_fuzz import CATEGORIES, TOOLS, fuzz_cases
 
 TARGET = 0.995
 
@@ -57,7 +57,7 @@ def test_the_leaky_sglang_release_leaks_markup_where_the_pinned_one_drops_it(cas
 
 def test_vllm_variant_agrees_with_the_real_vllm_parser(cases, vllm_env, capsys):
     """vLLM's parser runs in the vLLM side environment, driven as its chat serving drives it."""
-    from vllm_parser_run import vllm_reference
+    from support.vllm_parser_run import vllm_reference
 
     ours = get_parser("vllm")
     a = compare(cases, vllm_reference(cases), variant_runner(ours.parse, ours.streamer))

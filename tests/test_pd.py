@@ -13,9 +13,10 @@ import polars as pl
 import pytest
 
 from engine.training.datagen import make_transcript
-from workbench.concurrency import inject_concurrency
-from workbench.investigate import BUGGY, first_flags, kill_storm, rates_table, reproduce
-from workbench.launch import launch_pd_pair
+from workbench.deploy.launch import launch_pd_pair
+from workbench.drive import kill_storm
+from workbench.drive.concurrency import inject_concurrency
+from workbench.investigate import BUGGY, first_flags, rates_table, reproduce
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from openai.types.chat import ChatCompletion as SDKCompletion
 from openai.types.chat import ChatCompletionChunk as SDKChunk
 from pydantic import ValidationError
 
-from engine.serving.errors import ErrorResponse, validation_error_message
+from engine.http.errors import ErrorResponse, validation_error_message
 from engine.serving.protocol import ChatCompletionRequest, tool_specs
 from engine.serving.responses import (
     ChatCompletion,
@@ -221,7 +221,7 @@ def test_sglang_router_chat_body_is_accepted_and_its_fields_honoured():
 
 
 def test_generate_requests_are_validated():
-    from engine.serving.errors import BadRequestError
+    from engine.http.errors import BadRequestError
     from engine.serving.native import parse_generate_request
 
     ok = parse_generate_request(json.dumps(
@@ -242,7 +242,7 @@ def test_generate_requests_are_validated():
     (b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}", "not valid JSON"),
     (b'{"a":' + b"[" * 70 + b"]" * 70 + b"}", "deeper than 64"), (b"[1]", "JSON object")])
 def test_hostile_bodies_are_refused_with_a_reason(raw, why):
-    from engine.serving.errors import BadRequestError, json_object
+    from engine.http.errors import BadRequestError, json_object
 
     with pytest.raises(BadRequestError, match=why):
         json_object(raw)

@@ -1,6 +1,6 @@
 """The PD router as a real subprocess in front of two real upstream HTTP servers.
 
-``tests/upstream_app.py`` plays prefill and decode: it records every body it gets (bootstrap
+``tests/support/upstream_app.py`` plays prefill and decode: it records every body it gets (bootstrap
 fields included) and whether its client went away, and shows them at ``GET /seen``. Routers:
 ``main`` (seed 7) and ``twin`` (seed 7 too, but half its servers are a dead port) replay the same
 rooms; ``hasty`` (seed 11) times out after 1 s. Every wait is bounded, every process stopped.
@@ -17,16 +17,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from metrics_check import metric_families
-from upstream_app import sse_chunk
+from support.metrics_check import metric_families
+from support.upstream_app import sse_chunk
 
 from engine.registry import UnknownVariantError
 from engine.router.cli import main as router_main
 from engine.router.state import RandomChoice, RoomAssignment, RoomLog, RoundRobin, RouterConfig
-from workbench.process import ServerProcess, free_port, python_module
+from workbench.deploy.process import ServerProcess, free_port, python_module
 
 pytestmark = pytest.mark.slow
-UPSTREAM = str(Path(__file__).with_name("upstream_app.py"))
+UPSTREAM = str(Path(__file__).parent / "support" / "upstream_app.py")
 DEAD = f"http://127.0.0.1:{free_port()}"
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -321,6 +321,6 @@ def test_a_slow_health_probe_is_not_a_dead_server():
 def test_long_lived_clients_drop_idle_connections_before_the_servers_close_them():
     """Router -> servers and decode -> prefill reuse pooled connections; one reused just as the
     server's keep-alive closes it fails with ReadError, so the client's expiry must be shorter."""
-    from engine.serving.limits import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
+    from engine.http.limits import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
 
     assert 0 < CLIENT_KEEPALIVE_EXPIRY_S < SERVER_KEEP_ALIVE_S

@@ -8,9 +8,10 @@ import pytest
 from engine.core.dump import DUMP_META, BoundedMap, DumpKey
 from engine.core.sequence import SamplingParams, Sequence
 from engine.disagg.messages import Tag, TagKind
-from workbench import PatchSeries, StopOn, attach, reproduce
-from workbench.buffers import capture_name
-from workbench.process import LaunchError, free_port
+from workbench import PatchSeries, StopOn, attach
+from workbench.deploy.process import LaunchError, free_port
+from workbench.investigate import reproduce
+from workbench.observe.buffers import capture_name
 
 
 def test_tags_round_trip_and_reject_garbage():

@@ -8,11 +8,10 @@ import threading
 import httpx
 import openai
 import pytest
-from metrics_check import metric_families
+from support.metrics_check import metric_families
 
-from engine.training.datagen import make_transcript
-from engine.training.train import EVAL_SEED_BASE
-from workbench.process import ServerProcess, python_module
+from engine.training.datagen import EVAL_SEED_BASE, make_transcript
+from workbench.deploy.process import ServerProcess, python_module
 
 pytestmark = pytest.mark.slow
 

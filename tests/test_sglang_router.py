@@ -14,8 +14,8 @@ import pytest
 from engine.serving.responses import room_of_completion_id
 from engine.training.datagen import make_transcript
 from workbench import inject_concurrency, launch_pd_pair
-from workbench.load import ids_of_token_texts
-from workbench.oracle import ReferenceOracle
+from workbench.drive.load import ids_of_token_texts
+from workbench.judge.oracle import ReferenceOracle
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import pytest
 
 from engine.sim import SimDeadlock, SimRuntime
 from workbench import sim
-from workbench.concurrency import SCHEMA
+from workbench.drive.concurrency import SCHEMA
 
 RACE = ("bf16_index_k", "hicache_index_k_no_wait")
 
@@ -88,8 +88,8 @@ def test_shrink_finds_a_smaller_failing_run_that_replays():
 
 @pytest.mark.slow
 def test_simulated_trials_bisect_and_ddmin_name_the_race(tmp_path):
-    from workbench.ddmin import ddmin
-    from workbench.series import DEFAULT_SERIES, bisect_patch_series
+    from workbench.investigate.series import DEFAULT_SERIES, bisect_patch_series
+    from workbench.search.ddmin import ddmin
 
     w = sim.Workload(sessions=2)
     res = bisect_patch_series(DEFAULT_SERIES, store=tmp_path / "b.sqlite", confidence=0.9,

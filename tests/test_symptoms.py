@@ -1,14 +1,15 @@
-"""The same corrupted tokens under each parser variant: leak, drop or call (workbench.symptoms)."""
+"""The same corrupted tokens under each parser variant: leak, drop or call
+(workbench.judge.symptoms)."""
 
 from __future__ import annotations
 
 import json
 
 import polars as pl
+from support.dsml_fuzz import TOOLS, block, invoke, param
 
 from engine.text.tokenizer import Tokenizer
-from workbench.dsml_fuzz import TOOLS, block, invoke, param
-from workbench.symptoms import Symptom, symptoms
+from workbench.judge.symptoms import Symptom, symptoms
 
 OPENAI_TOOLS = [{"type": "function", "function": {"name": t.name}}
                 for t in TOOLS]

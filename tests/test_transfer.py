@@ -432,7 +432,7 @@ print(type(api.nixlBind).__name__, cfg.pthrDelay)
 @pytest.mark.parametrize("delay, want", [("250", "_PacedBindings 250"), ("0", "module 0")])
 def test_vllm_site_hook_paces_nixl_when_it_is_imported(delay: str, want: str) -> None:
     """The sitecustomize a vLLM server runs with paces whichever ``nixl*._api`` loads, lazily."""
-    site = Path(__file__).resolve().parents[1] / "workbench" / "vllm_site"
+    site = Path(__file__).resolve().parents[1] / "workbench" / "deploy" / "vllm_site"
     env = {**os.environ, "PYTHONPATH": str(site), "PDWB_NIXL_PROGRESS_DELAY_US": delay}
     out = subprocess.run([sys.executable, "-c", SITE_CHECK], env=env, capture_output=True,
                          text=True, timeout=120, check=True)

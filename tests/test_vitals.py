@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from workbench.exits import decode, listener
-from workbench.vitals import EngineDied, EngineHung, lasting, read_log, signal_name
+from workbench.deploy.exits import decode, listener
+from workbench.deploy.vitals import EngineDied, EngineHung, lasting, read_log, signal_name
 
 FAULTHANDLER_LOG = """INFO started
 (EngineCore pid=3535) ERROR 12-05 01:20:52 [multiproc_executor.py:315] Worker proc VllmWorker-0 \
@@ -77,8 +77,8 @@ def test_a_watch_names_a_child_killed_by_a_signal_and_its_parents_own_exit(tmp_p
 
     import psutil
 
-    from workbench.process import ServerProcess
-    from workbench.watch import ProcessWatch
+    from workbench.deploy.process import ServerProcess
+    from workbench.deploy.watch import ProcessWatch
 
     script = ("import subprocess, sys, time\n"
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"

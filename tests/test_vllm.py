@@ -19,14 +19,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from workbench import dump_buffers, inject_concurrency, investigate, launch_pd_pair
-from workbench.backends import Capability, MissingCapability
-from workbench.metrics import MetricsSampler, drain_check, gauges, scrape, transfer_stats
-from workbench.queues import QueueSampler
-from workbench.solo import solo_reference
-from workbench.storm import StormConfig, findings, run_storm
-from workbench.vitals import EngineDied, lasting
-from workbench.vllm import MODEL_DIR
+from workbench import dump_buffers, inject_concurrency, launch_pd_pair
+from workbench.deploy.backends import Capability, MissingCapability
+from workbench.deploy.vitals import EngineDied, lasting
+from workbench.deploy.vllm import MODEL_DIR
+from workbench.drive import kill_storm, wedge_probe
+from workbench.drive.solo import solo_reference
+from workbench.investigate.storm import StormConfig, findings, run_storm
+from workbench.observe.metrics import MetricsSampler, drain_check, gauges, scrape, transfer_stats
+from workbench.observe.queues import QueueSampler
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,13 +126,13 @@ def test_kill_storm_then_drain_is_measured_from_metrics(pair):
     xfail_if_died(pair)
     baseline = gauges(pair)
     assert set(baseline["name"]) >= {"vllm:num_requests_running", "vllm:kv_cache_usage_perc"}
-    killed = investigate.kill_storm(pair, n=12, kill_at_s=0.2, seed=1, max_tokens=160)
+    killed = kill_storm(pair, n=12, kill_at_s=0.2, seed=1, max_tokens=160)
     assert killed >= 6
     report = drain_check(pair, baseline, timeout_s=30)
     xfail_if_died(pair)
     assert set(report.last["role"]) == {"prefill", "decode"}
     assert report.settled, report.leftovers  # vLLM frees aborted requests' blocks
-    assert investigate.wedge_probe(pair, timeout_s=60)
+    assert wedge_probe(pair, timeout_s=60)
 
 
 def test_probes_needing_our_debug_routes_raise_typed_errors(pair):
@@ -225,4 +226,4 @@ def test_vllm_workers_killed_mid_load_are_recorded_and_no_probe_raises(pair):
     assert not drain_check(pair, gauges(pair), timeout_s=5).settled
     assert transfer_stats(pair) is not None
     assert solo_reference(pair, report.load, progress=False).judged == 0
-    assert not investigate.wedge_probe(pair, timeout_s=10)
+    assert not wedge_probe(pair, timeout_s=10)

@@ -11,10 +11,10 @@ import polars as pl
 import pytest
 
 from workbench import diff_against_reference, dump_buffers, inject_concurrency, launch_pd_pair
-from workbench.buffers import BufferDump, ReferenceBuffers
-from workbench.launch import EMBEDDED, TemplateBackend
-from workbench.process import LaunchError
-from workbench.queues import QueueSampler
+from workbench.deploy.launch import EMBEDDED, TemplateBackend
+from workbench.deploy.process import LaunchError
+from workbench.observe.buffers import BufferDump, ReferenceBuffers
+from workbench.observe.queues import QueueSampler
 
 pytestmark = pytest.mark.slow
 

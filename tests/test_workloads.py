@@ -10,7 +10,7 @@ import pytest
 from engine.registry import UnknownVariantError
 from engine.training.datagen import POOL, TOOLS_FILE, ToolPool, make_transcript
 from workbench.cli import build_parser, load_kwargs
-from workbench.workloads import (
+from workbench.drive.workloads import (
     RUN_FIELDS,
     WORKLOADS_DIR,
     list_workloads,

@@ -17,14 +17,14 @@ import torch
 
 from engine.core.dump import DumpKey
 from engine.patches import PATCHES, ZOO
-from workbench.buffers import BufferDump
-from workbench.bursts import BURST_COLUMNS, Burst, Reproduction, StopOn
-from workbench.commits import Worktrees, bisect_commits, commit_range, git
-from workbench.evidence import Drain, Evidence, reason_kind
-from workbench.investigation import diagnose
-from workbench.localize import Stage, _divergences, _first_token
-from workbench.shapes import SHAPES, SWEEP_ORDER, Shape
-from workbench.zoo import HARMLESS, plant_history
+from workbench.drive.shapes import SHAPES, SWEEP_ORDER, Shape
+from workbench.investigate.bursts import BURST_COLUMNS, Burst, Reproduction, StopOn
+from workbench.investigate.commits import Worktrees, bisect_commits, commit_range, git
+from workbench.investigate.investigation import diagnose
+from workbench.investigate.zoo import HARMLESS, plant_history
+from workbench.observe.buffers import BufferDump
+from workbench.observe.evidence import Drain, Evidence, reason_kind
+from workbench.observe.localize import Stage, _divergences, _first_token
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,7 +124,7 @@ def test_localization_orders_divergences_causally():
                                             ("late_notification_recreates_room", "slow_transfer")])
 def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
     from bench.zoo import TRUTH
-    from workbench.investigation import investigate
+    from workbench.investigate.investigation import investigate
 
     inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape])
     assert inv.found and inv.sweep.fired == shape, inv.summary()
@@ -133,7 +133,7 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
 
 @pytest.mark.slow
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
-    from workbench.investigation import investigate
+    from workbench.investigate.investigation import investigate
 
     inv = investigate(out_dir=tmp_path, shapes=["baseline"])
     assert not inv.found and inv.judged > 0 and inv.judged_rooms > 0, inv.summary()
@@ -158,7 +158,7 @@ def test_bisect_commits_names_the_planted_culprit(tmp_path):
 def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
     """The CLI executes notebook 05 blind on one bug: it finds, localizes and records."""
     from workbench.cli import main
-    from workbench.findings import read_findings
+    from workbench.judge.findings import read_findings
 
     ledger = tmp_path / "findings.jsonl"
     main(["investigate", "--patches", "index_k_scale_not_sent", "--shapes", "baseline",

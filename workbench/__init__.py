@@ -1,26 +1,35 @@
 """PD Workbench: reproduce, localize, bisect and record intermittent PD serving bugs.
 
-The names a notebook starts from; everything else lives in documented submodules
-(``workbench.launch``, ``.concurrency``, ``.buffers``, ``.bisect``, ``.trials``, ``.ddmin``,
-``.kernels``, ``.findings``, ``.workloads``, ``.queues``). Two namespaces come along:
-``plots`` (matplotlib figures for notebook cells), ``investigate`` (reproduction steps:
-``rates_table``, ``flagged_requests``, ``kill_storm``, ``wedge_probe``, ``QueueSampler``) and
-``sim`` (deterministic simulation: ``run``, ``explore``, ``replay``).
+The names a notebook starts from. The rest lives in packages by concern whose imports only
+point down ``LAYERS`` (top first; ``tests/test_layout.py`` enforces it):
+
+- ``report``       plots for notebook cells, rendering a notebook, the demo
+- ``investigate``  reproduce, sweep, bisect (commits, patch series), kernels, kill-storm and
+                   crash studies, ``investigate`` an unknown bug end to end
+- ``sim``          deterministic simulation of the real engine code in one process
+- ``drive``        seeded agentic load, shapes and workloads, kill storms, the solo reference
+- ``judge``        the independent oracle, verdict rules, symptoms, the findings ledger
+- ``observe``      metrics and queue sampling, buffer dumps, evidence, localization
+- ``deploy``       launch/attach (ours, real vLLM, SGLang's router), processes, the watch
+- ``search``       bisection statistics and the trial store (pure math, no servers)
+
+The engine is reached only through the seams ``ARCHITECTURE.md`` lists (also enforced).
 """
 
-from workbench import investigate, plots, sim
-from workbench.bisect import bisect
-from workbench.buffers import ReferenceBuffers, diff_against_reference, dump_buffers, load_dump
-from workbench.concurrency import inject_concurrency
-from workbench.findings import read_findings, record_finding
-from workbench.investigate import StopOn, reproduce
-from workbench.launch import PDPair, attach, launch_pd_pair
-from workbench.series import PatchSeries, bisect_patch_series
-from workbench.workloads import list_workloads, run_workload
+from workbench import investigate, sim
+from workbench.deploy import PDPair, attach, launch_pd_pair
+from workbench.drive import inject_concurrency, list_workloads, run_workload
+from workbench.investigate import PatchSeries, StopOn, bisect_patch_series, reproduce
+from workbench.judge import read_findings, record_finding
+from workbench.observe import ReferenceBuffers, diff_against_reference, dump_buffers, load_dump
+from workbench.report import plots
+from workbench.search import bisect
+
+LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "deploy", "search")
 
 __all__ = [
     "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",
     "bisect_patch_series", "diff_against_reference", "dump_buffers", "inject_concurrency",
     "investigate", "launch_pd_pair", "list_workloads", "load_dump", "plots", "read_findings",
-    "record_finding", "reproduce", "run_workload", "sim",
+    "record_finding", "reproduce", "run_workload", "sim", "LAYERS",
 ]

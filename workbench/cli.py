@@ -28,7 +28,7 @@ log = logging.getLogger("wb")
 
 
 def _pair_from_state(path: str):
-    from workbench.launch import attach
+    from workbench.deploy.launch import attach
 
     st = json.loads(Path(path).read_text())
     return attach(st["router"], prefill=st["prefill"], decode=st["decode"],
@@ -38,7 +38,7 @@ def _pair_from_state(path: str):
 
 
 def cmd_up(args) -> None:
-    from workbench.launch import launch_pd_pair
+    from workbench.deploy.launch import launch_pd_pair
 
     pair = launch_pd_pair(patches=_names(args.patches), engine=parse_overrides(args.engine),
                           faults=json.loads(args.faults), seed=args.seed, router=args.router,
@@ -66,7 +66,7 @@ LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
 
 def load_kwargs(args) -> dict:
     """The load's options: the workload's (or ``LOAD_DEFAULTS``), then the flags given."""
-    from workbench.workloads import load_workload
+    from workbench.drive.workloads import load_workload
 
     base = load_workload(args.workload).kwargs() if args.workload else dict(LOAD_DEFAULTS)
     given = {k: getattr(args, k) for k in LOAD_DEFAULTS if getattr(args, k) is not None}
@@ -74,7 +74,7 @@ def load_kwargs(args) -> dict:
 
 
 def cmd_load(args) -> None:
-    from workbench.concurrency import inject_concurrency
+    from workbench.drive.concurrency import inject_concurrency
 
     target = _pair_from_state(args.state) if args.state else args.url
     res = inject_concurrency(target, **load_kwargs(args), oracle=not args.no_oracle,
@@ -84,7 +84,7 @@ def cmd_load(args) -> None:
 
 
 def cmd_dump(args) -> None:
-    from workbench.buffers import diff_against_reference, dump_buffers
+    from workbench.observe.buffers import diff_against_reference, dump_buffers
 
     pair = _pair_from_state(args.state)
     dump = dump_buffers(pair, room=args.room, role=args.role)
@@ -102,7 +102,7 @@ def cmd_bisect(args) -> None:
     if bool(args.series) == bool(args.commits):
         raise SystemExit("wb bisect: give exactly one of --series A,B,... or --commits GOOD..BAD")
     if args.commits:
-        from workbench.commits import bisect_commits
+        from workbench.investigate.commits import bisect_commits
 
         good, _, bad = args.commits.partition("..")
         if not good or not bad:
@@ -111,7 +111,7 @@ def cmd_bisect(args) -> None:
                              confidence=args.confidence, seed=args.seed,
                              max_trials=args.max_trials)
     else:
-        from workbench.series import bisect_patch_series
+        from workbench.investigate.series import bisect_patch_series
 
         res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
                                   confidence=args.confidence, seed=args.seed)
@@ -121,7 +121,7 @@ def cmd_bisect(args) -> None:
 
 
 def cmd_investigate(args) -> None:
-    from workbench.report import run_report
+    from workbench.report.render import run_report
 
     nb = Path(__file__).resolve().parent.parent / "notebooks" / "05_investigation_template.py"
     params = {"source": args.source, "patches": _names(args.patches), "seed": args.seed,
@@ -134,7 +134,7 @@ def cmd_investigate(args) -> None:
 
 def cmd_kernels(args) -> None:
     from engine.registry import UnknownVariantError
-    from workbench.kernels import compare_kernels
+    from workbench.investigate.kernels import compare_kernels
 
     try:
         cmp = compare_kernels(args.a, args.b, seed=args.seed, cases=args.cases)
@@ -147,7 +147,7 @@ def cmd_kernels(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from workbench.report import run_report
+    from workbench.report.render import run_report
 
     params = {k: _value(v) for k, v in args.param}
     log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
@@ -156,7 +156,7 @@ def cmd_report(args) -> None:
 def cmd_workloads(args) -> None:
     import polars as pl
 
-    from workbench.workloads import list_workloads
+    from workbench.drive.workloads import list_workloads
 
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=120, tbl_width_chars=200):
         log.info("\n%s", list_workloads())
@@ -165,7 +165,7 @@ def cmd_workloads(args) -> None:
 def cmd_findings(args) -> None:
     import polars as pl
 
-    from workbench.findings import read_findings
+    from workbench.judge.findings import read_findings
 
     df = read_findings(args.ledger)
     with pl.Config(tbl_rows=-1, fmt_str_lengths=90, tbl_width_chars=220):

@@ -23,8 +23,8 @@ from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
+from engine.http.errors import BadRequestError, json_object
 from engine.serving.admission import Admission
-from engine.serving.errors import BadRequestError, json_object
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.server import ChatServer
 from engine.transfer.endpoint import ChannelError, EndpointBlob

@@ -28,6 +28,11 @@ import httpx
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import Response
 
+from engine.http.debug import check_access
+from engine.http.errors import BadRequestError, json_object
+from engine.http.errors import error_response as error
+from engine.http.limits import CLIENT_KEEPALIVE_EXPIRY_S, BodyLimit
+from engine.http.metrics import ROUTER, Metrics
 from engine.router.health import HealthTable, NoHealthyServer, probe_forever, recheck
 from engine.router.proxy import (
     CLIENT_CLOSED,
@@ -39,11 +44,6 @@ from engine.router.proxy import (
     wait_disconnect,
 )
 from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
-from engine.serving.debug import check_access
-from engine.serving.errors import BadRequestError, json_object
-from engine.serving.errors import error_response as error
-from engine.serving.limits import CLIENT_KEEPALIVE_EXPIRY_S, BodyLimit
-from engine.serving.metrics import ROUTER, Metrics
 
 log = logging.getLogger(__name__)
 CHAT_PATH = "/v1/chat/completions"

@@ -8,9 +8,9 @@ import logging
 import os
 import signal
 
+from engine.http.limits import SERVER_KEEP_ALIVE_S
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
-from engine.serving.limits import SERVER_KEEP_ALIVE_S
 
 log = logging.getLogger("engine.router")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from engine.core.sequence import SamplingParams
-from engine.serving.errors import BadRequestError
+from engine.http.errors import BadRequestError
 from engine.serving.generation import Bootstrap, OutputOptions, PromptPlan, plan_prompt
 from engine.serving.native import GenerateRequest, parse_generate_request
 from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs

@@ -2,7 +2,7 @@
 
 Requests are strict: unknown fields, wrong JSON types and out-of-range values are rejected with a
 ``ValidationError``; ``parse_chat_request`` turns it into a ``BadRequestError`` naming the field
-(``engine.serving.errors``). Response bodies are modelled in ``engine.serving.responses``.
+(``engine.http.errors``). Response bodies are modelled in ``engine.serving.responses``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from engine.serving.errors import BadRequestError, json_object, validation_error_message
+from engine.http.errors import BadRequestError, json_object, validation_error_message
 from engine.text.chat import ToolSpec
 from engine.text.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
 

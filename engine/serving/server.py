@@ -17,6 +17,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from engine.core.engine import Engine, PromptTooLongError
 from engine.core.sequence import FinishReason, SamplingParams
+from engine.http.debug import add_debug_routes
+from engine.http.errors import BadRequestError, failure_event, failure_response
+from engine.http.errors import error_response as error
+from engine.http.limits import BodyLimit
+from engine.http.metrics import Metrics, engine_gauges
 from engine.serving import native
 from engine.serving.admission import (
     Admission,
@@ -25,13 +30,8 @@ from engine.serving.admission import (
     admit_chat_body,
     admit_native_body,
 )
-from engine.serving.debug import add_debug_routes
-from engine.serving.errors import BadRequestError, failure_event, failure_response
-from engine.serving.errors import error_response as error
 from engine.serving.generation import Generation, PromptPlan
-from engine.serving.limits import BodyLimit
 from engine.serving.logprobs import choice_logprobs
-from engine.serving.metrics import Metrics, engine_gauges
 from engine.serving.responses import (
     ChatCompletion,
     ChatCompletionChunk,

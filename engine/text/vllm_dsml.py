@@ -1,8 +1,8 @@
 """Tool-call parser variant ``vllm``: the observable behaviour of vLLM 0.32's DeepSeek-V3.2 parser
 (``--tool-call-parser deepseek_v32``, ``DeepSeekV32EngineToolParser``) as its OpenAI chat serving
 drives it, reimplemented here and checked differentially against the real code
-(``tests/vllm_parser_run.py``). The front half (token ids, scanner, lexer, states) and how we
-model the token ids vLLM sees with each delta are in ``engine.text.vllm_dsml_lexer``.
+(``tests/support/vllm_parser_run.py``). The front half (token ids, scanner, lexer, states) and
+how we model the token ids vLLM sees with each delta are in ``engine.text.vllm_dsml_lexer``.
 
 Its rules, as measured (they differ from ``strict`` and ``sglang`` on purpose):
 

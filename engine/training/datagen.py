@@ -13,6 +13,8 @@ from pathlib import Path
 
 from engine.text.chat import ToolCall, ToolSpec, render_prompt
 
+EVAL_SEED_BASE = 10_000_000  # transcripts at or above it are held out of training
+
 TOOLS_FILE = Path(__file__).resolve().parents[2] / "data" / "tools" / "agentic_tools.json"
 INT_KIND = "n"  # integer 1..999; every other kind draws from the pool's ``values``
 

@@ -18,8 +18,7 @@ from engine.core.engine import Engine
 from engine.core.sequence import SamplingParams, Sequence
 from engine.text.chat import render_prompt
 from engine.text.dsml import parse_tool_calls
-from engine.training.datagen import make_transcript
-from engine.training.train import EVAL_SEED_BASE
+from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 
 log = logging.getLogger(__name__)
 

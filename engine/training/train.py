@@ -21,10 +21,9 @@ import torch.nn.functional as F
 from engine.config import ModelConfig
 from engine.model.model import TinyDeepSeek
 from engine.text import tokenizer as T
-from engine.training.datagen import make_transcript
+from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 
 log = logging.getLogger(__name__)
-EVAL_SEED_BASE = 10_000_000
 
 
 def assistant_mask(ids: list[int], tk: T.Tokenizer) -> list[bool]:

@@ -8,7 +8,7 @@ landing at seeded points, a notification after its data) and the bootstrap
 in a seeded order (the decode's prealloc may reach the prefill first, as over HTTP). A killed
 client aborts on both sides as the real servers do when their connection drops. After the load
 the pair drains (virtual ``Workload.drain_s``) and what stayed is counted as real mode's
-``workbench.evidence`` counts it.
+``workbench.observe.evidence`` counts it.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from engine.core.sequence import FailureKind, FinishReason, SamplingParams, Sequ
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.sim import Fabric, SimBootstrap
-from workbench.buffers import BufferDump, ReferenceBuffers, dump_of
-from workbench.bursts import judge_rooms
-from workbench.evidence import leftovers_of
-from workbench.localize import localize
+from workbench.judge.rules import judge_rooms
+from workbench.observe.buffers import BufferDump, ReferenceBuffers, dump_of
+from workbench.observe.evidence import leftovers_of
+from workbench.observe.localize import localize
 from workbench.sim.single import EngineSimulation, Served, shared_model
 from workbench.sim.workload import SimEvidence
 

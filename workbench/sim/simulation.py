@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.sim import Guided, SimRuntime
-from workbench.concurrency import load_result
-from workbench.progress import Progress
+from workbench.drive.concurrency import load_result
+from workbench.drive.progress import Progress
 from workbench.sim.pd import PDSimulation
 from workbench.sim.single import EngineSimulation
 from workbench.sim.workload import DEFAULT_WORKLOAD, SimRun, Workload, check_simulated
@@ -111,7 +111,7 @@ def trial(workload: Workload = DEFAULT_WORKLOAD, strategy: str = "random"):
     """``trial(patches, seed) -> failed``: one simulated schedule of ``workload`` on the code
     with ``patches`` (stopping at its first flag). The same arguments always give the same
     answer, so a bisection or ddmin driven by it is reproducible from its seed alone; it fits
-    ``workbench.ddmin.ddmin`` directly and ``bisect_patch_series(sim=...)``."""
+    ``workbench.search.ddmin.ddmin`` directly and ``bisect_patch_series(sim=...)``."""
     def simulated(patches: Iterable[str], seed: int) -> bool:
         got = run(patches, seed, workload, strategy, stop_at_flag=True)
         log.info("sim trial %s seed %d: %d anomalies", sorted(patches), seed, got.anomalies)

@@ -24,8 +24,8 @@ from engine.sim import SimRuntime
 from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import arguments_json
 from engine.text.parsers import get_parser
-from workbench.load import RequestRecord, call_turn, session_transcript
-from workbench.oracle import ReferenceOracle, judge
+from workbench.drive.load import RequestRecord, call_turn, session_transcript
+from workbench.judge.oracle import ReferenceOracle, judge
 from workbench.sim.workload import SimEvidence, Workload
 
 IDLE_S = 0.001  # virtual seconds an idle engine waits before its next step

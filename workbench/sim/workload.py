@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.sim import Decision
-from workbench.bursts import unexpected_errors
-from workbench.concurrency import LoadResult
-from workbench.shapes import Shape, shape_of
+from workbench.drive.concurrency import LoadResult
+from workbench.drive.shapes import Shape, shape_of
+from workbench.judge.rules import unexpected_errors
 
 SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
                        "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up",
@@ -96,7 +96,8 @@ class Workload:
 
     @classmethod
     def of_shape(cls, shape: str | Shape, **overrides) -> Workload:
-        """Real mode's load shape (``workbench.shapes``) as a PD workload: its engine settings,
+        """Real mode's load shape (``workbench.drive.shapes``) as a PD workload: its engine
+        settings,
         faults (now virtual delays), decode arguments, sessions, turns, tokens and kills."""
         sh = shape_of(shape)
         decode = dict(zip(sh.decode_args[::2], sh.decode_args[1::2], strict=True))
@@ -122,7 +123,7 @@ DEFAULT_WORKLOAD = Workload()
 
 @dataclass(frozen=True)
 class SimEvidence:
-    """What a simulated PD pair recorded, in real mode's terms (``workbench.evidence``,
+    """What a simulated PD pair recorded, in real mode's terms (``workbench.observe.evidence``,
     ``Burst``): ``late_writes`` (decode notifications for rooms no live owner holds), ``left``,
     what stayed after the drain (``"role:what"`` -> count, as ``Drain.left``), and the buffer
     oracle's ``judged_rooms`` and ``buffer_flags``."""

@@ -1,0 +1,1 @@
+"""Helpers the tests share: reference parsers, fuzz cases, a fake upstream, a CDP browser."""

@@ -1,0 +1,16 @@
+"""Deployments under test: launch a PD pair (ours, real vLLM, a third-party router) or attach to
+one, its server processes, and the watch that turns a death or a hang into an observation.
+
+Invariant: nothing here judges responses; a ``PDPair`` only says what runs and whether it lives.
+"""
+
+from workbench.deploy.backends import Capability, MissingCapability, require
+from workbench.deploy.launch import LaunchSpec, attach, launch_pd_pair
+from workbench.deploy.pair import PDPair
+from workbench.deploy.process import LaunchError, ServerProcess
+from workbench.deploy.vitals import EngineDied, EngineDown, EngineHung, EngineUnreachable, lasting
+from workbench.deploy.watch import ProcessWatch
+
+__all__ = ["Capability", "EngineDied", "EngineDown", "EngineHung", "EngineUnreachable",
+           "LaunchError", "LaunchSpec", "MissingCapability", "PDPair", "ProcessWatch",
+           "ServerProcess", "attach", "lasting", "launch_pd_pair", "require"]

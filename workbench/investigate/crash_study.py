@@ -1,0 +1,303 @@
+"""How often does a deployment lose a process, and under what conditions? (notebook 08)
+
+``run_study(["quiet", "busy"], pairs=12)`` launches fresh pairs one after another, each under a
+named ``Condition`` (a busy neighbour process, NIXL's stock busy poll, a capped CPU ISA), plays
+notebook 06's load (seeded by the pair's index) and records one ``PairOutcome`` per pair: whether
+a process died or hung, which, with what signal, after how many NIXL transfers, and the host's
+CPU model and ISA flags (machines differ: the death this study was built for was seen on an
+AMX-capable Intel guest). Rows are appended to a JSON-lines file as they finish, so a study
+stopped midway keeps what it measured; ``rates(rows)`` gives each condition's death rate with its
+95% Wilson interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import polars as pl
+
+from engine.registry import Registry
+from workbench.deploy.isa import IsaProbe
+from workbench.deploy.launch import launch_pd_pair
+from workbench.deploy.process import LaunchError
+from workbench.deploy.vitals import EngineDied, lasting
+from workbench.deploy.vllm import VllmOptions
+from workbench.drive.concurrency import inject_concurrency, wilson
+from workbench.investigate.storm import XFER_COUNT, transfers_before
+from workbench.judge.findings import FindingDraft
+from workbench.observe.metrics import MetricsSampler, transfer_stats
+
+log = logging.getLogger(__name__)
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One arm of the study: ``busy_cores`` neighbour processes spin while the pair lives;
+    ``nixl_delay_us`` paces NIXL's progress thread (0: stock busy poll); ``env`` is added to
+    the servers' environment (ISA caps); ``extra_args`` go to both vLLM servers."""
+
+    name: str
+    description: str
+    busy_cores: int = 0
+    nixl_delay_us: int = 1000
+    env: tuple[tuple[str, str], ...] = ()
+    extra_args: tuple[str, ...] = ()
+
+
+CONDITIONS: Registry[Condition] = Registry("condition")
+CONDITIONS.register("quiet", Condition("quiet", "nothing else runs; NIXL paced (1000 us)"))
+CONDITIONS.register("busy", Condition("busy", "a neighbour process keeps one core busy",
+                                      busy_cores=1))
+CONDITIONS.register("stock", Condition("stock", "NIXL's stock busy-polling progress thread",
+                                       nixl_delay_us=0))
+CONDITIONS.register("busy-stock", Condition("busy-stock", "a busy neighbour and stock NIXL",
+                                            busy_cores=1, nixl_delay_us=0))
+CONDITIONS.register("isa-capped", Condition(
+    "isa-capped", "oneDNN and ATen capped at AVX2, float32 (vLLM's CPU attention picks its AMX "
+    "kernel only for bf16)", env=(("ONEDNN_MAX_CPU_ISA", "AVX2"), ("ATEN_CPU_CAPABILITY", "avx2")),
+    extra_args=("--dtype", "float32")))
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine a pair ran on: CPU model, vendor, which ISA flags it reports, kernel."""
+
+    cpu: str
+    vendor: str
+    flags: tuple[str, ...]
+    kernel: str
+    cores: int
+
+
+def host() -> Host:
+    """This machine, read from ``/proc/cpuinfo`` (only the ``ISA_FLAGS`` it has are kept)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    flags = set(info.get("flags", "").split())
+    return Host(info.get("model name", platform.processor()), info.get("vendor_id", ""),
+                tuple(f for f in ISA_FLAGS if f in flags), platform.release(),
+                len(os.sched_getaffinity(0)))
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """One fresh pair: ``died`` when a process of it died (``process``, ``signal``,
+    ``after_launch_s``, ``transfers_before``: the decode's NIXL transfers before the death,
+    ``in_flight``); ``hung`` when one stopped answering; ``launch_error`` when it never came
+    up; ``requests``/``errors`` of its load."""
+
+    condition: str
+    index: int
+    seed: int
+    host: Host
+    started_at: float
+    startup_s: float | None = None
+    launch_error: str = ""
+    died: bool = False
+    hung: bool = False
+    process: str = ""
+    signal: str | None = None
+    after_launch_s: float | None = None
+    transfers_before: float | None = None
+    in_flight: int | None = None
+    requests: int = 0
+    errors: int = 0
+    transfers: float | None = None
+    xfer_p50_s: float | None = None
+    xfer_p90_s: float | None = None
+    stack: str = ""
+    log_tail: tuple[str, ...] = field(default_factory=tuple)
+
+
+@contextmanager
+def neighbours(cores: int) -> Iterator[None]:
+    """``cores`` processes spinning a core each for the duration (the busy neighbour)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> PairOutcome:
+    """Launches one fresh vLLM pair under ``cond``, plays the load, records what happened."""
+    seed, t0 = index, time.time()
+    opts = VllmOptions(nixl_progress_delay_us=cond.nixl_delay_us, extra_args=cond.extra_args)
+    base = PairOutcome(cond.name, index, seed, host(), t0)
+    with neighbours(cond.busy_cores), _env(dict(cond.env)):
+        try:
+            pair = launch_pd_pair(backend="vllm", seed=seed, log_dir=log_dir, vllm_options=opts)
+        except LaunchError as exc:
+            return replace(base, launch_error=str(exc)[-2000:])
+        with pair:
+            startup = round(time.time() - t0, 1)
+            with MetricsSampler(pair, interval_s=0.5, names={XFER_COUNT}) as sampler:
+                series_t0 = time.time()
+                load = inject_concurrency(pair, sessions=sessions, turns=2, kill_fraction=0.25,
+                                          seed=seed, progress=False, request_timeout_s=120)
+            xfers = transfer_stats(pair)
+            down = lasting(pair.down())
+    out = replace(base, startup_s=startup, requests=load.summary.requests,
+                  errors=load.summary.errors, transfers=xfers.transfers,
+                  xfer_p50_s=xfers.quantiles.get(0.5), xfer_p90_s=xfers.quantiles.get(0.9))
+    died = [o for o in down if isinstance(o, EngineDied)]
+    if not down:
+        return out
+    first = died[0] if died else down[0]
+    return replace(out, died=bool(died), hung=not died, process=first.process,
+                    signal=getattr(first, "signal", None), after_launch_s=first.after_launch_s,
+                    transfers_before=transfers_before(sampler.frame(), series_t0, first.since),
+                    in_flight=first.in_flight, stack=getattr(first, "stack", "")[:3000],
+                    log_tail=tuple(getattr(first, "log_tail", ())[-15:]))
+
+
+def run_study(conditions: list[str], pairs: int, out: str | Path, log_root: str | Path,
+              start: int = 0) -> list[PairOutcome]:
+    """Runs ``pairs`` fresh pairs per condition, interleaving the conditions (pair ``i`` of
+    every condition before pair ``i + 1``, so drift over time hits every arm alike); appends
+    each outcome to ``out`` as it finishes."""
+    conds = [CONDITIONS.get(c) for c in conditions]  # unknown names list the valid ones
+    rows = []
+    for i in range(start, start + pairs):
+        for cond in conds:
+            row = run_pair(cond, i, Path(log_root) / f"{cond.name}-{i}")
+            log.info("%s pair %d: died=%s %s %s", cond.name, i, row.died, row.process, row.signal)
+            with open(out, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(asdict(row)) + "\n")
+            rows.append(row)
+    return rows
+
+
+def read_outcomes(path: str | Path) -> pl.DataFrame:
+    """The outcomes recorded in ``path`` (one row per pair; ``host`` flattened to columns)."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line)
+        h = r.pop("host")
+        r.pop("log_tail", None)
+        rows.append({**r, "cpu": h["cpu"], "vendor": h["vendor"], "flags": " ".join(h["flags"]),
+                     "cores": h["cores"]})
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def rates(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """Per condition and host CPU: pairs, deaths, hangs, launch failures, and the death rate with
+    its 95% Wilson interval."""
+    out = []
+    for (cond, cpu), g in outcomes.group_by(["condition", "cpu"], maintain_order=True):
+        n, k = len(g), int(g["died"].sum())
+        lo, hi = wilson(k, n)
+        out.append({"condition": cond, "cpu": cpu, "pairs": n, "died": k,
+                    "hung": int(g["hung"].sum()),
+                    "launch_failed": int((g["launch_error"] != "").sum()),
+                    "death_rate": k / n if n else 0.0, "ci_low": lo, "ci_high": hi})
+    return pl.DataFrame(out)
+
+
+@contextmanager
+def _env(extra: dict[str, str]) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m workbench.investigate.crash_study")
+    ap.add_argument("--conditions", nargs="+", default=["quiet", "busy", "busy-stock"],
+                    help=f"any of {CONDITIONS.names()}")
+    ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--start", type=int, default=0, help="first pair index (resume)")
+    ap.add_argument("--out", default="runs/crash_study.jsonl")
+    ap.add_argument("--logs", default="runs/crash_study")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_study(args.conditions, args.pairs, args.out, args.logs, args.start)
+    print(rates(read_outcomes(args.out)))
+
+
+def findings(outcomes: pl.DataFrame, probe: IsaProbe, here: Host,
+             min_pairs: int = 12) -> list[FindingDraft]:
+    """The study's claims: each condition's death rate with its interval, the cause as far as
+    measured (the ISA probe against where and how pairs died), and NIXL's transfer times."""
+    return [_rate_claim(outcomes, min_pairs), _cause_claim(outcomes, probe, here),
+            _transfer_claim(outcomes)]
+
+
+def _rate_claim(outcomes: pl.DataFrame, min_pairs: int) -> FindingDraft:
+    table = rates(outcomes)
+    arms = "; ".join(f"{r['condition']} {r['died']}/{r['pairs']} (95% CI {r['ci_low']:.2f}-"
+                     f"{r['ci_high']:.2f})" for r in table.iter_rows(named=True))
+    cpus = sorted(set(outcomes["cpu"]))
+    flags = sorted(set(outcomes["flags"]))
+    title = (f"{int(table['died'].sum())} of {len(outcomes)} fresh vLLM PD pairs lost a process "
+             f"under notebook 06's load on {', '.join(cpus)} (ISA flags: {', '.join(flags)}): "
+             f"{arms}")
+    checks = {f"at_least_{min_pairs}_pairs_per_condition": bool(table["pairs"].min() >= min_pairs),
+              "host_recorded_for_every_pair": bool((outcomes["cpu"] != "").all())}
+    return FindingDraft(title, checks, {"rates": table, "hosts": cpus, "flags": flags})
+
+
+def _cause_claim(outcomes: pl.DataFrame, probe: IsaProbe, here: Host) -> FindingDraft:
+    dead = outcomes.filter(pl.col("died"))
+    isa = (f"on {here.cpu} vLLM picks its '{probe.attn_isa_bf16}' attention kernel for bf16 "
+           f"(AMX advertised: {probe.amx_advertised}, AMX tile permission granted: "
+           f"{probe.amx_permitted}); {probe.vllm_calls_init_amx} vLLM source files ask for "
+           f"that permission")
+    if len(dead):
+        sigs = sorted({str(s) for s in dead["signal"]})
+        where = sorted({str(p) for p in dead["process"]})
+        title = (f"Deaths measured: {len(dead)} ({', '.join(where)}, signals {', '.join(sigs)}, "
+                 f"median {dead['transfers_before'].median()} NIXL transfers before); {isa}")
+    else:
+        title = (f"No process died on this host, so the cause is not measured here; {isa}"
+                 + ("; the AMX hypothesis (a tile instruction without the permission: SIGILL) "
+                    "predicts the death on this host" if probe.predicts_sigill else
+                    "; the AMX hypothesis predicts no death here, consistent with 0 deaths"))
+    consistent = len(dead) > 0 or not probe.predicts_sigill
+    return FindingDraft(title, {"isa_probe_ran": True, "deaths_consistent_with_probe":
+                                consistent}, {"probe": asdict(probe), "host": asdict(here),
+                                              "deaths": dead.drop("stack")})
+
+
+def _transfer_claim(outcomes: pl.DataFrame, stall_s: float = 1.0) -> FindingDraft:
+    timed = outcomes.filter(pl.col("xfer_p90_s").is_not_null())
+    per = {c: {"pairs": len(g), "stalled": int((g["xfer_p90_s"] > stall_s).sum()),
+               "worst_p90_s": round(float(g["xfer_p90_s"].max()), 3)}
+           for (c,), g in timed.group_by(["condition"], maintain_order=True)}
+    arms = "; ".join(f"{c} {v['stalled']}/{v['pairs']} (worst {v['worst_p90_s']} s)"
+                     for c, v in per.items())
+    stalled = sum(v["stalled"] for v in per.values())
+    verdict = "still stall on some pairs" if stalled else "no longer stall"
+    title = (f"vLLM's NIXL transfers {verdict} with the progress thread paced: pairs whose p90 "
+             f"transfer time exceeds {stall_s:g} s: {arms}; issue 12 saw a 5 s p90 on an idle "
+             f"pair")
+    return FindingDraft(title, {"transfers_timed": len(timed) > 0},
+                        {"by_condition": per, "median_p90_s": timed["xfer_p90_s"].median(),
+                         "untimed_pairs": len(outcomes) - len(timed)})

@@ -1,0 +1,172 @@
+"""One investigation of an unknown bug: sweep shapes until an anomaly, localize it, optionally
+bisect commits, and say where it arises. It is never told which bug it is looking for.
+
+``investigate(source=...)`` runs ``workbench.investigate.reproduce.sweep`` on the code in
+``source`` (a
+checkout), localizes the first flagged rooms from their captures (``workbench.observe.localize``),
+and ``diagnose`` names the stage (prefill, transfer, decode) from the evidence, most direct first:
+HiCache reads that raced their load, then buffer divergences, then room failure reasons, then
+what stayed after draining, then late writes. With ``commits=(good, bad)`` it then bisects that
+range in ``source``'s repository with the shape that fired.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from workbench.drive.concurrency import wilson
+from workbench.investigate.bursts import Reproduction
+from workbench.investigate.commits import bisect_commits
+from workbench.investigate.reproduce import Sweep, sweep
+from workbench.observe.buffers import ReferenceBuffers
+from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
+from workbench.search.bisect import BisectResult
+
+log = logging.getLogger(__name__)
+EXPECTED_REASONS = ("client abort", "client disconnected", "decode abort")
+_TIMEOUTS = ("waiting timeout", "prefill unreachable")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Where the anomaly arises: ``stage`` (None: not localized), ``kind`` (a buffer name or an
+    evidence kind), ``detail`` (one sentence), ``basis`` (``"race"``, ``"buffers"``,
+    ``"failures"``, ``"leftovers"``, ``"late_writes"`` or ``"none"``)."""
+
+    stage: Stage | None
+    kind: str
+    detail: str
+    basis: str
+
+    def describe(self) -> str:
+        where = self.stage.name.lower() if self.stage is not None else "not localized"
+        return f"{where} ({self.kind}): {self.detail}"
+
+
+def _sum(rep: Reproduction, col: str) -> int:
+    return int(rep.bursts[col].sum()) if len(rep.bursts) else 0
+
+
+def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagnosis:
+    """The stage an anomalous reproduction points at (see the module docstring for the order)."""
+    reads, kv_reads = _sum(rep, "stale_reads"), _sum(rep, "stale_kv_reads")
+    if reads or kv_reads:
+        kind = "index_k_read" if reads >= kv_reads else "kv_read"
+        return Diagnosis(Stage.PREFILL, kind, f"{reads} index-K and {kv_reads} K/V reads of a "
+                         "layer still loading back from HiCache", "race")
+    divs = sorted(loc.first for loc in localizations if loc.first is not None)
+    if divs:
+        kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer
+        return Diagnosis(divs[0].stage, kind, divs[0].describe(), "buffers")
+    expected = EXPECTED_REASONS + (_TIMEOUTS if rep.expect_aborts else ())
+    odd = {r: n for r, n in rep.reasons.items() if r not in expected}
+    if odd:
+        reason = max(odd, key=odd.get)
+        stage = Stage.TRANSFER if "aux" in reason else Stage.DECODE
+        return Diagnosis(stage, "aux" if "aux" in reason else "room_failure",
+                         f"{odd[reason]} rooms failed with '{reason}'", "failures")
+    left = {k: v for d in rep.drains for k, v in d.left.items()}
+    if left:
+        key = max(left, key=left.get)
+        stage = Stage.PREFILL if key.startswith("prefill:") else Stage.DECODE
+        return Diagnosis(stage, key.split(":", 1)[1], f"after draining: {left}", "leftovers")
+    if _sum(rep, "late_writes"):
+        return Diagnosis(Stage.DECODE, "late_writes", f"{_sum(rep, 'late_writes')} writes "
+                         "landed in pages no live room owned", "late_writes")
+    return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
+
+
+@dataclass(frozen=True)
+class Investigation:
+    """The outcome of ``investigate``. ``first_flag_s``: sweep start to the first anomalous
+    burst's end (None: nothing fired); ``judged``/``flag_upper_95``: the power of a clean run
+    (responses judged over every shape and the 95% Wilson upper bound on their flag rate)."""
+
+    sweep: Sweep
+    diagnosis: Diagnosis
+    localizations: tuple[Localization, ...]
+    bisection: BisectResult | None
+    elapsed_s: float
+
+    @property
+    def found(self) -> bool:
+        return self.sweep.fired is not None
+
+    @property
+    def first_flag_s(self) -> float | None:
+        return self.sweep.first_flag_s
+
+    @property
+    def judged(self) -> int:
+        return sum(_sum(r, "requests") for r in self.sweep.runs)
+
+    @property
+    def judged_rooms(self) -> int:
+        return sum(_sum(r, "judged_rooms") for r in self.sweep.runs)
+
+    @property
+    def flag_upper_95(self) -> float:
+        return wilson(0, self.judged)[1]
+
+    def summary(self) -> pl.DataFrame:
+        from workbench.investigate.reproduce import rates_table
+
+        return rates_table(list(self.sweep.runs))
+
+
+def _flagged_rooms(rep: Reproduction, n: int) -> list[int]:
+    if not len(rep.requests):
+        return []
+    bad = rep.requests.filter(pl.col("flagged") & pl.col("room").is_not_null())
+    captured = {p.name for p in rep.captures}
+    rooms = [r for r in bad["room"].to_list()
+             if f"room-{r}-prefill.safetensors" in captured
+             and f"room-{r}-decode.safetensors" in captured]
+    return rooms[:n]
+
+
+def localize_flagged(rep: Reproduction, n: int = 3) -> list[Localization]:
+    """Localizations of up to ``n`` flagged rooms captured on both sides (a room whose capture
+    cannot be read is skipped and logged)."""
+    out, refb = [], None
+    for room in _flagged_rooms(rep, n):
+        refb = refb or ReferenceBuffers(rep.engine_config())
+        try:
+            out.append(localize(rep, room, refb))
+        except (KeyError, OSError, ValueError) as exc:
+            log.warning("room %d not localized: %s", room, exc)
+    return out
+
+
+def investigate(source: str | Path | None = None, *, patches: Sequence[str] = (),
+                seed: int = 0, out_dir: str | Path = "runs/investigate",
+                cap_s: float | None = None, commits: tuple[str, str] | None = None,
+                bursts_per_shape: int = 1, max_trials: int = 40,
+                shapes: Sequence[str] | None = None) -> Investigation:
+    """Sweeps, localizes and (with ``commits=(good, bad)``) bisects the code in ``source``
+    (default this checkout) with ``patches`` enabled; writes captures and logs under
+    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``."""
+    t0, out = time.monotonic(), Path(out_dir)
+    kw = {"shapes": tuple(shapes)} if shapes else {}
+    sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
+               log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape, **kw)
+    hit = sw.hit
+    locs: list[Localization] = []
+    if hit is not None:
+        locs = localize_flagged(hit) + [loc for loc in hit.localizations if loc.first]
+    diag = diagnose(hit, locs) if hit is not None else Diagnosis(
+        None, "none", f"no anomaly in {len(sw.runs)} shapes", "none")
+    bis = None
+    if hit is not None and commits is not None:
+        repo = Path(source or ".")
+        bis = bisect_commits(repo, commits[0], commits[1], shape=sw.fired, patches=tuple(patches),
+                             store=out / "bisect.sqlite", log_dir=out / "bisect-logs",
+                             max_trials=max_trials, seed=seed)
+    log.info("investigation: %s", diag.describe())
+    return Investigation(sw, diag, tuple(locs), bis, round(time.monotonic() - t0, 2))

@@ -1,0 +1,248 @@
+"""Bisection for intermittent failures: "bad" is a failure *probability*, not a verdict.
+
+Model (ordered candidates ``c_0 .. c_{n-1}``): exactly one culprit index ``k`` — ``c_k`` is the
+first bad candidate — with a uniform prior over ``k in 0..n-1`` (plus ``k = n``, "no culprit",
+when ``allow_no_culprit``).  Candidates before ``k`` fail at rate ``p_good`` (exactly 0 by
+default, or ``p_good ~ Beta(prior_good_fail_rate)``); candidates at or after ``k`` fail at one
+shared unknown rate ``p_bad``.  By default nobody tells the search that rate: its prior is
+log-uniform over 0.5%..50% (:data:`DEFAULT_PRIOR_FAIL_RATE`, a 64-point grid), and the joint
+posterior over (culprit, rate) is exact on that grid; a Beta ``(a, b)`` prior is integrated out
+in closed form instead.  Either way the likelihood of ``k`` is the product of the marginal
+likelihoods of the pooled counts left and right of ``k``.
+
+:func:`bisect` picks each next probe to minimise the expected posterior entropy over ``k``
+(equivalently, to maximise the mutual information of one trial), stopping once the most
+probable ``k`` reaches ``confidence``.  :func:`fixed_repeat_bisect` is the classic baseline:
+binary search that calls a candidate good after ``repeats`` clean trials.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from workbench.search.posterior import Posterior, choose_batch, entropy_bits
+from workbench.search.rate_prior import DEFAULT_RATE_PRIOR, RatePrior
+from workbench.search.trials import CachedTrial, TrialFn, TrialStore
+
+log = logging.getLogger(__name__)
+
+RatePriorArg = tuple[float, float] | RatePrior
+"""A bad-side rate prior: Beta ``(a, b)`` or a discrete :class:`RatePrior`."""
+
+DEFAULT_PRIOR_FAIL_RATE: RatePrior = DEFAULT_RATE_PRIOR
+"""Default prior on the bad-side rate: log-uniform over 0.5%..50%, so the rate need not be known
+(``bench.bisect_sim`` measures accuracy and cost at 1%, 5% and 20% with this one prior)."""
+
+BETA_PRIOR_FAIL_RATE = (0.3, 3.0)
+"""The former default, Beta(0.3, 3): mean 0.09, density ~ p^-0.7 near 0."""
+
+@dataclass(frozen=True)
+class BisectResult:
+    """Outcome of a bisection.
+
+    Invariants: ``posterior`` maps every candidate to P(it is the first bad one | trials), and
+    ``sum(posterior.values()) + no_culprit_probability == 1`` (up to float rounding);
+    ``confidence`` is the posterior of the reported ``culprit`` (``None`` = no culprit);
+    ``trials_spent == history.height``.  ``history`` has one row per trial with columns
+    ``step, candidate, failed, max_posterior, entropy`` (bits, after that trial).
+    """
+
+    culprit: str | None
+    posterior: dict[str, float]
+    confidence: float
+    trials_spent: int
+    estimated_fail_rate_bad: float
+    estimated_fail_rate_good: float
+    history: pl.DataFrame = field(compare=False, repr=False)
+    no_culprit_probability: float = 0.0
+    converged: bool = True
+    method: str = "bayes"
+    trace: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
+    """Posterior after every trial, long form: ``step, candidate, probability``."""
+
+    def fixed_repeat_bound(self, min_rate: float = 0.05, alpha: float = 0.05) -> tuple[int, int]:
+        """What fixed-repeat bisection would pay at most at the estimated bad-side rate (floored
+        at ``min_rate``): ``(clean trials per good call, total over log2(candidates) probes)``."""
+        per_probe = default_repeats(max(self.estimated_fail_rate_bad, min_rate), alpha)
+        return per_probe, per_probe * math.ceil(math.log2(max(2, len(self.posterior))))
+
+
+_HISTORY_SCHEMA = {"step": pl.Int64, "candidate": pl.Utf8, "failed": pl.Boolean,
+                   "max_posterior": pl.Float64, "entropy": pl.Float64}
+
+
+class _History:
+    """Per-trial log, kept column-wise (cheap appends, fast frame construction)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {c: [] for c in _HISTORY_SCHEMA}
+        self.posts: list[np.ndarray] = []
+
+    def add(self, candidate: str, failed: bool, post: np.ndarray) -> None:
+        row = (len(self.cols["step"]) + 1, candidate, failed, float(post.max()), entropy_bits(post))
+        for column, value in zip(self.cols.values(), row, strict=True):
+            column.append(value)
+        self.posts.append(post.copy())
+
+    def frame(self) -> pl.DataFrame:
+        return pl.DataFrame(self.cols, schema=_HISTORY_SCHEMA)
+
+    def trace(self, candidates: Sequence[str], prior: np.ndarray) -> pl.DataFrame:
+        posts = [prior, *self.posts]
+        n = len(candidates)
+        return pl.DataFrame({
+            "step": np.repeat(np.arange(len(posts)), n),
+            "candidate": list(candidates) * len(posts),
+            "probability": np.concatenate([p[:n] for p in posts]).astype(float)})
+
+
+def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, seed: int,
+            method: str) -> CachedTrial:
+    """Trial seeds depend only on (seed, candidate, index): stored and plain runs agree."""
+    return CachedTrial(store, experiment or method, trial, namespace=f"seed={seed}")
+
+
+def _result(candidates: Sequence[str], model: Posterior, post: np.ndarray, pick: int,
+            spent: int, history: _History, converged: bool, method: str) -> BisectResult:
+    n = len(candidates)
+    result = BisectResult(
+        candidates[pick] if pick < n else None,
+        {c: float(p) for c, p in zip(candidates, post[:n], strict=True)},
+        float(post[pick]), spent, *model.rates(post), history.frame(),
+        float(post[n]) if post.size > n else 0.0, converged, method,
+        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)))
+    log.info("%s bisect: culprit=%s confidence=%.4f trials=%d converged=%s", method,
+             result.culprit, result.confidence, spent, converged)
+    return result
+
+
+def _check(candidates: Sequence[str]) -> None:
+    if len(candidates) == 0 or len(set(candidates)) != len(candidates):
+        raise ValueError("candidates must be non-empty and distinct")
+
+
+def bisect(
+    candidates: Sequence[str],
+    trial: TrialFn,
+    *,
+    confidence: float = 0.95,
+    max_trials: int = 10_000,
+    prior_fail_rate: RatePriorArg = DEFAULT_PRIOR_FAIL_RATE,
+    prior_good_fail_rate: tuple[float, float] | None = None,
+    allow_no_culprit: bool = False,
+    seed: int = 0,
+    store: TrialStore | None = None,
+    experiment: str | None = None,
+    workers: int = 1,
+) -> BisectResult:
+    """Bayesian bisection: find the first bad candidate when failures are intermittent.
+
+    ``trial(candidate, seed) -> failed`` must be a fair sample of the candidate's behaviour.
+    Each step runs one trial at the candidate minimising expected posterior entropy; the loop
+    stops when ``max(posterior) >= confidence`` (``converged=True``) or after ``max_trials``.
+    ``prior_fail_rate`` is the bad-side rate prior: by default log-uniform over 0.5%..50% (the
+    rate need not be known), or a Beta ``(a, b)`` / any :class:`RatePrior`.
+    ``prior_good_fail_rate=None`` means good candidates never fail: one failure at ``c_j``
+    proves the culprit is at or before ``j``.  Deterministic given ``seed`` and trial outcomes;
+    with ``store`` (experiment defaults to ``"bayes"``) recorded trials are replayed first, so
+    an interrupted run resumes to the identical result with no trial repeated.
+    ``workers > 1`` runs each step's ``workers`` most informative probes in parallel threads
+    (``trial`` must then be thread-safe): more trials, less wall time; still deterministic.
+    """
+    _check(candidates)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    runner = _runner(trial, store, experiment, seed, "bayes")
+    model = Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
+    rng = np.random.default_rng(seed)
+    history = _History()
+    post = model.probabilities()
+    while post.max() < confidence and runner.spent < max_trials:
+        size = min(workers, max_trials - runner.spent)
+        probes = choose_batch(model.information(post), rng, size)
+        for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
+                             strict=True):
+            model.observe(j, failed)
+            post = model.probabilities()
+            history.add(candidates[j], failed, post)
+    converged = bool(post.max() >= confidence)
+    pick = int(np.argmax(post))
+    return _result(candidates, model, post, pick, runner.spent, history, converged, "bayes")
+
+
+def default_repeats(fail_rate: float = 0.05, alpha: float = 0.05) -> int:
+    """Clean trials needed to call a candidate good: ``ceil(log(alpha) / log(1 - p))``.
+
+    This is the smallest r with ``(1 - p)^r <= alpha`` (59 for p = alpha = 0.05).
+    """
+    if not 0 < fail_rate < 1 or not 0 < alpha < 1:
+        return 1
+    return max(1, math.ceil(math.log(alpha) / math.log1p(-fail_rate)))
+
+
+def fixed_repeat_bisect(
+    candidates: Sequence[str],
+    trial: TrialFn,
+    *,
+    repeats: int | None = None,
+    assumed_fail_rate: float = 0.05,
+    alpha: float = 0.05,
+    max_trials: int = 100_000,
+    prior_fail_rate: RatePriorArg = DEFAULT_PRIOR_FAIL_RATE,
+    seed: int = 0,
+    store: TrialStore | None = None,
+    experiment: str | None = None,
+    workers: int = 1,
+) -> BisectResult:
+    """Classic binary search: bad on the first failure, good after ``repeats`` clean trials.
+
+    ``c_{n-1}`` is assumed bad.  ``repeats`` defaults to ``default_repeats(assumed_fail_rate,
+    alpha)``.  The reported ``posterior``/``confidence`` come from the same Bayesian model as
+    :func:`bisect` (prior ``prior_fail_rate``, good side exactly 0) applied to the trials this
+    search ran, so the two methods' confidences are comparable.  Store semantics as
+    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).  ``workers > 1`` runs a probe's
+    trials ``workers`` at a time (a failure ends the probe after its batch).
+    """
+    _check(candidates)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    repeats = repeats or default_repeats(assumed_fail_rate, alpha)
+    runner = _runner(trial, store, experiment, seed, "fixed-repeat")
+    model = Posterior(len(candidates), prior_fail_rate, None, False)
+    history = _History()
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi and runner.spent < max_trials:
+        mid = (lo + hi) // 2
+        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials, workers)
+        if verdict is None:
+            break
+        lo, hi = (lo, mid) if verdict else (mid + 1, hi)
+    post = model.probabilities()
+    pick = lo if lo == hi else int(np.argmax(post))
+    return _result(candidates, model, post, pick, runner.spent, history, lo == hi,
+                   "fixed-repeat")
+
+
+def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
+           model: Posterior, history: _History, max_trials: int, workers: int = 1) -> bool | None:
+    """Up to ``repeats`` trials of c_j, ``workers`` at a time: True on a failure, False if all
+    clean, None if the trial budget ran out first."""
+    done = 0
+    while done < repeats:
+        size = min(workers, repeats - done, max_trials - runner.spent)
+        if size <= 0:
+            return None
+        outcomes = runner.run_many(candidates[j], size, workers)
+        for failed in outcomes:
+            model.observe(j, failed)
+            history.add(candidates[j], failed, model.probabilities())
+        done += size
+        if any(outcomes):
+            return True
+    return False
