@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup chromium refs vllm-env test test-fast demo lint bench train train-llama clean
+.PHONY: setup chromium refs vllm-env test test-fast test-some demo lint bench train train-llama clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,9 +39,13 @@ chromium:
 test: $(STAMP) chromium refs vllm-env
 	PDWB_REFS=$(PDWB_REFS) PDWB_REQUIRE_VLLM=1 TRITON_INTERPRET=1 $(PY) -m pytest tests
 
-# inner loop: everything but the multi-process tests (servers, PD pairs, notebooks, browser)
+# inner loop (about a minute): everything but the slow tests (servers, PD pairs, sweeps, notebooks)
 test-fast: $(STAMP) refs
 	PDWB_REFS=$(PDWB_REFS) TRITON_INTERPRET=1 $(PY) -m pytest tests -m "not slow"
+
+# a selection by need, e.g. make test-some M="not vllm and not browser" (markers: pyproject.toml)
+test-some: $(STAMP) refs
+	PDWB_REFS=$(PDWB_REFS) TRITON_INTERPRET=1 $(PY) -m pytest tests -m "$(M)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench

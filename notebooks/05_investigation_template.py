@@ -17,7 +17,7 @@
 # # 05 — Investigation of an unknown bug
 #
 # `wb investigate` executes this notebook. It is never told which bug it looks for: it sweeps a
-# small seeded grid of load and fault shapes (`investigate.SHAPES`: the production setting, slow
+# small seeded grid of load and fault shapes (`workbench.drive.SHAPES`: the production setting, slow
 # transfers with reordered aux rows, slow HiCache load-back, client kills, paused peers) on the
 # code in `source` and stops at the first anomaly — a response the independent oracle flags, a
 # request that failed without being killed, anything left after the pair drained, or a room

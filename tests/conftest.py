@@ -12,6 +12,13 @@ from engine.core.engine import Engine
 from engine.model.model import TinyDeepSeek, load_model
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """A test that asks for the vLLM side environment needs vLLM, whatever its module says."""
+    for item in items:
+        if "vllm_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+
+
 @pytest.fixture(scope="session")
 def shipped_model() -> TinyDeepSeek:
     """The shipped weights (read-only: tests must not modify them)."""

@@ -49,6 +49,8 @@ def test_router_rooms_are_unpredictable_unless_seeded():
 
 
 @pytest.mark.slow
+@pytest.mark.servers
+@pytest.mark.nixl
 def test_forged_control_plane_calls_are_refused_and_the_pair_keeps_serving(tmp_path):
     with launch_pd_pair(log_dir=tmp_path / "logs") as pair:
         prefill, decode = pair.prefill[0], pair.decode[0]

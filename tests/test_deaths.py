@@ -21,7 +21,7 @@ from workbench.investigate.storm import StormConfig, findings, run_storm
 from workbench.observe.buffers import EngineDownError
 from workbench.observe.metrics import drain_check, gauges
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
 
 def _when_busy(pair, fault) -> threading.Event:

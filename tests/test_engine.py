@@ -181,6 +181,7 @@ def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
         assert out == Reference(eng.model, eng.cfg).generate(second, 8, eng.tokenizer.eos_id)
 
 
+@pytest.mark.slow
 def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch(make_engine):
     """Real weights, multi-turn sessions whose prefixes come back from host memory."""
     from engine.text.chat import render_prompt

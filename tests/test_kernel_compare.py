@@ -60,6 +60,7 @@ def test_mixed_set_with_perturbed_op_diverges_only_there():
         mixed_kernel_set("bad", attention="triton")
 
 
+@pytest.mark.slow
 def test_bayesian_bisect_names_the_flaky_kernel_culprit():
     flaky = perturb_op("triton", "sparse_attention", p=0.3, seed=5)
     steps = [{}, {"quantize_index_k": "triton"}, {"dequantize_index_k": "triton"},
@@ -85,6 +86,7 @@ def test_ddmin_over_ops_finds_the_broken_op():
     assert result.minimal == ("indexer_topk",) and result.complete
 
 
+@pytest.mark.slow
 def test_model_divergence_reports_first_differing_token():
     noisy = mixed_kernel_set("noisy", quantize_index_k="triton",
                              sparse_attention=perturb_op("torch", "sparse_attention", eps=1.0))

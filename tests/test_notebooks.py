@@ -14,7 +14,7 @@ import pytest
 from workbench.judge.findings import read_findings
 from workbench.report.render import run_report
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.notebook, pytest.mark.servers, pytest.mark.nixl]
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 SMALL = {
     "01_reproduce_corruption.py": {"max_bursts": 6},

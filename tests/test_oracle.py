@@ -49,6 +49,7 @@ def _serve(engine: Engine, prompts: list[list[int]], max_tokens: int) -> list[li
     return [list(s.output) for s in seqs]
 
 
+@pytest.mark.slow
 def test_reference_incremental_equals_full_recompute(shipped_model, make_engine):
     eng = make_engine(batch_invariant=True)
     ref = Reference(shipped_model, eng.cfg)

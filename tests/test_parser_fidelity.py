@@ -22,6 +22,8 @@ def cases():
     return out
 
 
+@pytest.mark.slow
+@pytest.mark.sglang
 def test_sglang_variant_agrees_with_the_real_detector(cases, capsys):
     ours = get_parser("sglang")
     a = compare(cases, sglang_reference(*sglang_detector()),
@@ -32,6 +34,8 @@ def test_sglang_variant_agrees_with_the_real_detector(cases, capsys):
     assert a.chunk_dependent > 0, "the fuzz reaches inputs where SGLang depends on chunking"
 
 
+@pytest.mark.slow
+@pytest.mark.sglang
 def test_sglang_leaky_variant_agrees_with_the_real_detector_and_serving(cases, capsys):
     ours = get_parser("sglang-leaky")
     real = sglang_reference(*sglang_detector(SGLANG_LEAKY_VERSION), serving=SGLANG_LEAKY_VERSION)
@@ -41,6 +45,7 @@ def test_sglang_leaky_variant_agrees_with_the_real_detector_and_serving(cases, c
     assert a.rate("one_shot") >= TARGET and a.rate("streamed") >= TARGET, a.misses[:3]
 
 
+@pytest.mark.sglang
 def test_the_leaky_sglang_release_leaks_markup_where_the_pinned_one_drops_it(cases):
     """Measured on the real detectors: 0.5.15 returns the whole text when no call parses, 0.5.23
     fails closed; the variants reproduce both counts."""
@@ -55,6 +60,7 @@ def test_the_leaky_sglang_release_leaks_markup_where_the_pinned_one_drops_it(cas
     assert sum(sgl.parse(c.text, TOOLS).leaked for c in opener) == leaks_new
 
 
+@pytest.mark.slow
 def test_vllm_variant_agrees_with_the_real_vllm_parser(cases, vllm_env, capsys):
     """vLLM's parser runs in the vLLM side environment, driven as its chat serving drives it."""
     from support.vllm_parser_run import vllm_reference
@@ -66,6 +72,7 @@ def test_vllm_variant_agrees_with_the_real_vllm_parser(cases, vllm_env, capsys):
     assert a.rate("one_shot") >= TARGET and a.rate("streamed") >= TARGET, a.misses[:3]
 
 
+@pytest.mark.slow
 def test_strict_parser_is_chunk_independent_and_differs_from_sglang(cases):
     strict = get_parser("strict")
     a = compare(cases, variant_runner(strict.parse, strict.streamer),

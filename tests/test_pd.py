@@ -18,7 +18,7 @@ from workbench.drive import kill_storm
 from workbench.drive.concurrency import inject_concurrency
 from workbench.investigate import BUGGY, first_flags, rates_table, reproduce
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
 
 @pytest.mark.parametrize("patches", [(), ("overlap_schedule",)])

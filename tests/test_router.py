@@ -25,7 +25,7 @@ from engine.router.cli import main as router_main
 from engine.router.state import RandomChoice, RoomAssignment, RoomLog, RoundRobin, RouterConfig
 from workbench.deploy.process import ServerProcess, free_port, python_module
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 UPSTREAM = str(Path(__file__).parent / "support" / "upstream_app.py")
 DEAD = f"http://127.0.0.1:{free_port()}"
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -13,7 +13,7 @@ from support.metrics_check import metric_families
 from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 from workbench.deploy.process import ServerProcess, python_module
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]
 
 
 @pytest.fixture(scope="module")

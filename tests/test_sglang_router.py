@@ -17,7 +17,7 @@ from workbench import inject_concurrency, launch_pd_pair
 from workbench.drive.load import ids_of_token_texts
 from workbench.judge.oracle import ReferenceOracle
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl, pytest.mark.sglang]
 
 
 @pytest.fixture(scope="module")

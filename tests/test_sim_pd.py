@@ -56,6 +56,7 @@ def test_fixed_pd_pair_passes_in_sim_judged_on_tokens_and_buffers():
     assert any(d.label.startswith("landed k") for d in got.trace)  # WRITEs land as decisions
 
 
+@pytest.mark.slow
 def test_late_write_after_abort_fails_in_sim_and_replays_while_fixed_code_does_not():
     found = sim.explore(("late_write_after_abort",), seeds=range(3), workload=KILLS,
                         progress=False).first_failure
@@ -67,6 +68,7 @@ def test_late_write_after_abort_fails_in_sim_and_replays_while_fixed_code_does_n
     assert fixed.anomalies == 0, fixed.evidence
 
 
+@pytest.mark.slow
 def test_overlap_mode_runs_in_sim_its_forward_worker_a_simulated_thread():
     got = sim.run(("overlap_schedule",), 0, KILLS)
     assert got.anomalies == 0 and got.result.summary.completed > 0, got.evidence

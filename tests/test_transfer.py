@@ -218,6 +218,7 @@ def wait_reply(s: Session, tag: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 @pytest.mark.parametrize("round_name", list(ROUNDS))
 def test_pages_land_exactly(session: Session, round_name: str) -> None:
     h = session.ep.write_pages(session.peer, ROUNDS[round_name], notif=round_name.encode())
@@ -230,6 +231,7 @@ def test_pages_land_exactly(session: Session, round_name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 def test_verifier_catches_wrong_pages(session: Session) -> None:
     """Sanity check of the checker itself: pages of one round announced as another."""
     h = session.ep.write_pages(session.peer, ROUNDS["kv_all_layers"], notif=b"kv_one_layer")
@@ -240,6 +242,7 @@ def test_verifier_catches_wrong_pages(session: Session) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 def test_standalone_notif(session: Session) -> None:
     session.ep.send_notif(session.peer, b"ping")
     assert wait_reply(session, "ping")["peer"] == "prefill-test"
@@ -260,6 +263,7 @@ BAD_REQUESTS = {
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 @pytest.mark.parametrize("match", list(BAD_REQUESTS))
 def test_bad_requests_raise(session: Session, match: str) -> None:
     with pytest.raises(TransferError, match=match):
@@ -267,6 +271,7 @@ def test_bad_requests_raise(session: Session, match: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 def test_layout_mismatch_rejected(session: Session) -> None:
     blob = session.peer.blob
     kv = dataclasses.replace(blob.buffers["kv"], shape=(2, DST_PAGES, 4, 8))
@@ -360,6 +365,7 @@ def test_ucx_listens_on_loopback_only() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.nixl
 def test_done_after_completed_writes_means_the_bytes_landed(session: Session) -> None:
     """The prefill's protocol: one WRITE per layer (each with its notification), wait for every
     handle, then a separate ``done`` notification. At the moment the receiver sees ``done``,

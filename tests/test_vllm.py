@@ -29,7 +29,7 @@ from workbench.investigate.storm import StormConfig, findings, run_storm
 from workbench.observe.metrics import MetricsSampler, drain_check, gauges, scrape, transfer_stats
 from workbench.observe.queues import QueueSampler
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.servers, pytest.mark.nixl]
 ROOT = Path(__file__).resolve().parents[1]
 
 TEMPLATE_CHECK = """

@@ -16,7 +16,7 @@ from workbench.deploy.process import LaunchError
 from workbench.observe.buffers import BufferDump, ReferenceBuffers
 from workbench.observe.queues import QueueSampler
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
 
 @pytest.fixture(scope="module")

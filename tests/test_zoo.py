@@ -120,6 +120,9 @@ def test_localization_orders_divergences_causally():
 
 
 @pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
 @pytest.mark.parametrize(("bug", "shape"), [("sender_stale_prefix_pages", "baseline"),
                                             ("late_notification_recreates_room", "slow_transfer")])
 def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
@@ -132,6 +135,9 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
 
 
 @pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
     from workbench.investigate.investigation import investigate
 
@@ -140,6 +146,9 @@ def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
 def test_bisect_commits_names_the_planted_culprit(tmp_path):
     hist = plant_history(ROOT, "chunk_prev_token_dropped", tmp_path / "h", commits=8, seed=1)
     # chunks of 64: every prompt crosses a boundary, so each judged room of a bad commit shows
@@ -155,6 +164,9 @@ def test_bisect_commits_names_the_planted_culprit(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
 def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
     """The CLI executes notebook 05 blind on one bug: it finds, localizes and records."""
     from workbench.cli import main

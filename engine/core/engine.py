@@ -23,7 +23,7 @@ from engine.cache.hicache import HiRadixCache
 from engine.cache.kv_pool import KVPool, PageAllocator
 from engine.cache.radix_cache import RadixCache
 from engine.config import EngineConfig
-from engine.core.dump import BoundedMap, CaptureRing, snapshot_buffers
+from engine.core.dump import BoundedMap, CaptureRing
 from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon, InboxMessage
 from engine.core.model_runner import ModelRunner, StepOutput
 from engine.core.overlap import ForwardWorker, OverlapState
@@ -37,6 +37,7 @@ from engine.core.sequence import (
     TokenEvent,
     TokenLogprob,
 )
+from engine.core.views import EngineViews
 from engine.faults import FaultInjector
 from engine.model.model import TinyDeepSeek, load_model
 from engine.runtime import THREADS, Runtime
@@ -59,7 +60,7 @@ class EngineStats:
     busy_seconds: float = 0.0
 
 
-class Engine:
+class Engine(EngineViews):
     def __init__(self, cfg: EngineConfig, model: TinyDeepSeek | None = None,
                  runtime: Runtime = THREADS) -> None:
         if cfg.threads:
@@ -272,60 +273,3 @@ class Engine:
                 self._finish(seq, FinishReason.ERROR)
             except Exception:  # noqa: BLE001 - one request's cleanup never ends the loop
                 log.exception("abort of %s failed", seq.rid)
-
-    @property
-    def alive(self) -> bool:
-        """Whether the engine loop runs (True before ``start`` for in-process use)."""
-        return self._thread is None or self._thread.is_alive()
-
-    def capture(self, seq: Sequence) -> None:
-        """Keeps a copy of a finishing request's buffers for later dumps (engine thread)."""
-        if self.captures.enabled and seq.pages:
-            self.captures.put(seq.rid, snapshot_buffers(self, seq))
-
-    def dump(self, rid: str) -> dict | None:
-        seq = self.scheduler.find(rid)
-        return snapshot_buffers(self, seq) if seq is not None else self.captures.get(rid)
-
-    def on_loop(self, fn, timeout: float = 30.0):
-        """Runs ``fn`` on the engine thread (or inline when no loop runs) and returns its value."""
-        if self._thread is None or not self._thread.is_alive():
-            return fn()
-        done, box = threading.Event(), {}
-
-        def run() -> None:
-            try:
-                box["value"] = fn()
-            except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                box["error"] = exc
-            done.set()
-        self.call_soon(run)
-        if not done.wait(timeout):
-            raise TimeoutError("engine loop did not answer")
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
-
-    def queue_snapshot(self) -> dict:
-        sched = self.scheduler
-        return {"waiting": [{"rid": s.rid, "prompt": len(s.prompt)} for s in sched.waiting],
-                "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in sched.running]}
-
-    def page_counts(self) -> dict[str, int]:
-        """KV pages: ``total``, ``free`` and ``cached`` (held only by the prefix cache); a page
-        in none of the last two is owned by a live request or a quarantine (engine thread)."""
-        cached = self.cache.num_pages if self.cache is not None else 0
-        return {"total": self.allocator.num_pages, "free": self.allocator.num_free,
-                "cached": cached}
-
-    def request_table(self) -> dict:
-        seqs = [*self.scheduler.running, *self.scheduler.waiting]
-        return {"requests": [{"rid": s.rid, "status": s.status.value, "pages": list(s.pages),
-                              "num_computed": s.num_computed, "num_cached": s.num_cached}
-                             for s in seqs]}
-
-    def generate(self, prompt: list[int], params) -> list[int]:
-        """Synchronous single-request helper (no background thread must be running)."""
-        seq = self.submit(Sequence(rid=f"gen-{time.monotonic_ns()}", prompt=prompt, params=params))
-        self.run_until_idle()
-        return seq.output

@@ -39,11 +39,8 @@ Its rules, as measured (they differ from ``strict`` and ``sglang`` on purpose):
 from __future__ import annotations
 
 import json
-import math
-import re
 
-from engine.text import tokenizer as T
-from engine.text.chat import SCHEMA_TYPES, ToolCall, ToolSpec
+from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import (
     ContentDelta,
     ContentLog,
@@ -54,82 +51,16 @@ from engine.text.dsml import (
     tool_call_id,
 )
 from engine.text.dsml_grammar import has_marker
-from engine.text.vllm_dsml_lexer import PARAM_START, Event, Frontend, Machine, safe_prefix
-
-_HEAD = rf'{re.escape(PARAM_START)}\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
-_PARAM = re.compile(rf"{_HEAD}(.*?)(?:{re.escape(T.PARAM_CLOSE)}|(?={re.escape(PARAM_START)}"
-                    r"\s+name=))", re.DOTALL)
-_OPEN_PARAM = re.compile(rf"{_HEAD}(.*)$", re.DOTALL)
-_NAME_KEY = re.compile(r'"name"\s*:\s*"([^"]*)"')
-_JSON_TYPE = {short: full for full, short in SCHEMA_TYPES.items()}
-Delta = tuple[int, str | None, str | None]  # (index, name when the call starts, args fragment)
-
-
-def _loads(text: str, finite: bool = False) -> tuple[object, bool]:
-    """``json.loads`` (NaN and infinities allowed unless ``finite``) and whether it worked."""
-    try:
-        value = json.loads(text)
-        if finite:
-            json.dumps(value, allow_nan=False)
-    except ValueError:
-        return None, False
-    return value, True
-
-
-def dsml_arguments(body: str, partial: bool) -> str:
-    """The JSON arguments vLLM reads from a call's text (``partial``: a trailing open tag too)."""
-    params: dict = {}
-    end = 0
-    for m in _PARAM.finditer(body):
-        value, ok = (m.group(3), True) if m.group(2) == "true" else _loads(m.group(3))
-        params[m.group(1)] = value if ok else m.group(3)
-        end = m.end()
-    if partial and (m := _OPEN_PARAM.search(body, end)):
-        value, ok = (m.group(3), True) if m.group(2) == "true" else _loads(m.group(3))
-        if ok:
-            params[m.group(1)] = value
-    return json.dumps(params, ensure_ascii=False)
-
-
-def _from_text(text: str, kind: str) -> object:
-    """A raw value read as schema type ``kind``, else as finite JSON, else the text itself."""
-    if kind == "string":
-        return text
-    try:
-        if kind == "null" and text.lower() == "null":
-            return None
-        if kind == "integer":
-            return int(text)
-        if kind == "number" and math.isfinite(val := float(text)):
-            return val if val != int(val) else int(val)
-        if kind == "boolean" and text.lower().strip() in ("true", "1", "false", "0"):
-            return text.lower().strip() in ("true", "1")
-    except ValueError:
-        pass
-    value, ok = _loads(text, finite=True)
-    return value if ok else text
-
-
-def _coerce(value: object, kind: str) -> tuple[object, bool]:
-    """(value coerced to the schema type, whether vLLM counts it as changed)."""
-    if isinstance(value, str):
-        new = _from_text(value, kind)
-        return new, new is not value
-    if isinstance(value, (dict, list)):  # our schemas have no properties/items to recurse into
-        return value, False
-    new = _from_text(json.dumps(value, ensure_ascii=False), kind)
-    return new, type(new) is not type(value) or new != value
-
-
-def _name_and_args(body: str) -> tuple[str, str]:
-    """A nameless call's name and arguments from a JSON body (``{"name": ..., ...}``)."""
-    obj, ok = _loads(body.strip())
-    if not ok or not isinstance(obj, dict):
-        return "", body.strip()
-    key = next((k for k in ("arguments", "parameters") if k in obj), None)
-    val = obj[key] if key else {k: v for k, v in obj.items() if k != "name"}
-    return str(obj.get("name", "")), val if isinstance(val, str) else json.dumps(
-        val, ensure_ascii=False)
+from engine.text.vllm_dsml_lexer import Event, Frontend, Machine, safe_prefix
+from engine.text.vllm_dsml_values import (
+    JSON_TYPE,
+    NAME_KEY,
+    Delta,
+    coerce,
+    dsml_arguments,
+    loads_value,
+    name_and_args,
+)
 
 
 class _Slot:
@@ -145,7 +76,7 @@ class _Core:
     def __init__(self, tools: list[ToolSpec] | None) -> None:
         self.schemas: dict[str, dict[str, str]] = {}
         for t in tools or []:
-            self.schemas.setdefault(t.name, {p: _JSON_TYPE.get(s, "string") for p, s in t.params})
+            self.schemas.setdefault(t.name, {p: JSON_TYPE.get(s, "string") for p, s in t.params})
         self.has_tools = bool(tools)
         self.slots: list[_Slot] = []
         self.held, self.spoke = "", False  # held whitespace content; non-space content seen
@@ -225,7 +156,7 @@ class _Core:
         return diff
 
     def _name_in_args(self, idx: int) -> str | None:
-        m = _NAME_KEY.search(self.slots[idx].args)
+        m = NAME_KEY.search(self.slots[idx].args)
         return m.group(1) if m and m.group(1) else None
 
     def convert(self, body: str, partial: bool) -> str:
@@ -233,11 +164,11 @@ class _Core:
         doc = dsml_arguments(body, partial)
         owner = next((s.name for s in self.slots if s.args == body), "")
         props = self.schemas.get(owner) if self.has_tools else None
-        args, _ = _loads(doc)
+        args, _ = loads_value(doc)
         wrapper = next(iter(args)) if props and len(args) == 1 else ""
         if wrapper not in ("arguments", "input") or wrapper in props:
             return doc
-        inner, ok = (args[wrapper], True) if not isinstance(args[wrapper], str) else _loads(
+        inner, ok = (args[wrapper], True) if not isinstance(args[wrapper], str) else loads_value(
             args[wrapper])
         ok = ok and isinstance(inner, dict) and set(inner) <= set(props)
         return json.dumps(inner, ensure_ascii=False) if ok else doc
@@ -245,12 +176,12 @@ class _Core:
     def fix(self, doc: str, name: str) -> str:
         """Schema coercion of a call's arguments JSON."""
         props = self.schemas.get(name) if self.has_tools and name else None
-        args, ok = _loads(doc) if props else (None, False)
+        args, ok = loads_value(doc) if props else (None, False)
         if not ok or not isinstance(args, dict):
             return doc
         changed = False
         for key in [k for k in args if k in props]:
-            args[key], moved = _coerce(args[key], props[key])
+            args[key], moved = coerce(args[key], props[key])
             changed |= moved
         return json.dumps(args, ensure_ascii=False) if changed else doc
 
@@ -260,7 +191,7 @@ class _Core:
         for slot in self.slots:
             name = slot.name.strip()
             if not name and slot.args.strip():
-                name, doc = _name_and_args(slot.args)
+                name, doc = name_and_args(slot.args)
             else:
                 doc = self.convert(slot.args, False) if slot.args.strip() else "{}"
             if name:
@@ -269,7 +200,7 @@ class _Core:
 
 
 def _as_call(name: str, doc: str) -> ToolCall:
-    args, ok = _loads(doc)
+    args, ok = loads_value(doc)
     return ToolCall(name, args if ok and isinstance(args, dict) else {})
 
 

@@ -1,0 +1,88 @@
+"""Argument values the way vLLM's DeepSeek-V3.2 parser derives them from ``parameter`` tags:
+JSON when it parses (NaN and infinities allowed), raw text otherwise, then coerced to the tool's
+schema types; the call's name and arguments out of its body (see ``engine.text.vllm_dsml``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from engine.text import tokenizer as T
+from engine.text.chat import SCHEMA_TYPES
+from engine.text.vllm_dsml_lexer import PARAM_START
+
+_HEAD = rf'{re.escape(PARAM_START)}\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
+_PARAM = re.compile(rf"{_HEAD}(.*?)(?:{re.escape(T.PARAM_CLOSE)}|(?={re.escape(PARAM_START)}"
+                    r"\s+name=))", re.DOTALL)
+_OPEN_PARAM = re.compile(rf"{_HEAD}(.*)$", re.DOTALL)
+NAME_KEY = re.compile(r'"name"\s*:\s*"([^"]*)"')
+JSON_TYPE = {short: full for full, short in SCHEMA_TYPES.items()}
+Delta = tuple[int, str | None, str | None]  # (index, name when the call starts, args fragment)
+
+
+def loads_value(text: str, finite: bool = False) -> tuple[object, bool]:
+    """``json.loads`` (NaN and infinities allowed unless ``finite``) and whether it worked."""
+    try:
+        value = json.loads(text)
+        if finite:
+            json.dumps(value, allow_nan=False)
+    except ValueError:
+        return None, False
+    return value, True
+
+
+def dsml_arguments(body: str, partial: bool) -> str:
+    """The JSON arguments vLLM reads from a call's text (``partial``: a trailing open tag too)."""
+    params: dict = {}
+    end = 0
+    for m in _PARAM.finditer(body):
+        value, ok = (m.group(3), True) if m.group(2) == "true" else loads_value(m.group(3))
+        params[m.group(1)] = value if ok else m.group(3)
+        end = m.end()
+    if partial and (m := _OPEN_PARAM.search(body, end)):
+        value, ok = (m.group(3), True) if m.group(2) == "true" else loads_value(m.group(3))
+        if ok:
+            params[m.group(1)] = value
+    return json.dumps(params, ensure_ascii=False)
+
+
+def _from_text(text: str, kind: str) -> object:
+    """A raw value read as schema type ``kind``, else as finite JSON, else the text itself."""
+    if kind == "string":
+        return text
+    try:
+        if kind == "null" and text.lower() == "null":
+            return None
+        if kind == "integer":
+            return int(text)
+        if kind == "number" and math.isfinite(val := float(text)):
+            return val if val != int(val) else int(val)
+        if kind == "boolean" and text.lower().strip() in ("true", "1", "false", "0"):
+            return text.lower().strip() in ("true", "1")
+    except ValueError:
+        pass
+    value, ok = loads_value(text, finite=True)
+    return value if ok else text
+
+
+def coerce(value: object, kind: str) -> tuple[object, bool]:
+    """(value coerced to the schema type, whether vLLM counts it as changed)."""
+    if isinstance(value, str):
+        new = _from_text(value, kind)
+        return new, new is not value
+    if isinstance(value, (dict, list)):  # our schemas have no properties/items to recurse into
+        return value, False
+    new = _from_text(json.dumps(value, ensure_ascii=False), kind)
+    return new, type(new) is not type(value) or new != value
+
+
+def name_and_args(body: str) -> tuple[str, str]:
+    """A nameless call's name and arguments from a JSON body (``{"name": ..., ...}``)."""
+    obj, ok = loads_value(body.strip())
+    if not ok or not isinstance(obj, dict):
+        return "", body.strip()
+    key = next((k for k in ("arguments", "parameters") if k in obj), None)
+    val = obj[key] if key else {k: v for k, v in obj.items() if k != "name"}
+    return str(obj.get("name", "")), val if isinstance(val, str) else json.dumps(
+        val, ensure_ascii=False)
