@@ -130,13 +130,6 @@ class EngineConfig:
         current = {f.name: getattr(self, f.name) for f in fields(self)}
         return _from_dict(type(self), {**current, **changes})
 
-    def has(self, patch: str) -> bool:
-        """True when patch variant ``patch`` (a registered name) is enabled."""
-        from engine.patches import PATCHES
-
-        PATCHES.get(patch)
-        return patch in self.patches
-
     def to_dict(self) -> dict:
         out = asdict(self)
         out["patches"] = sorted(self.patches)

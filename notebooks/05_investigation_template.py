@@ -39,21 +39,23 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import investigate, record_finding
+from workbench import investigate
+from workbench.judge import record_drafts
 from workbench.report import plots
 
 pl.Config.set_tbl_cols(24)
 pl.Config.set_fmt_str_lengths(120)
 good_bad = tuple(commits.split("..")) if commits else None
 inv = investigate.investigate(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
-                      commits=good_bad, out_dir=out_dir)
-rates = inv.summary()
+                              commits=good_bad, out_dir=out_dir)
+print(inv.outcome.value, inv.error)
+rates = inv.summary()  # empty when the engine did not start
 rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",
              "errors", "stale_reads", "stale_kv_reads", "late_writes", "failed_rooms",
-             "undrained_bursts", "judged_rooms", "buffer_flags")
+             "undrained_bursts", "judged_rooms", "buffer_flags") if len(rates) else rates
 
 # %%
-plots.plot_rates(rates, label="shape")
+plots.plot_rates(rates, label="shape") if len(rates) else None
 
 # %% [markdown]
 # ## Where it arises
@@ -76,41 +78,16 @@ print("diagnosis:", inv.diagnosis.describe())
 
 # %% [markdown]
 # ## Findings
+# The claims the measurements support, computed by the library (`Investigation.findings`):
+# a culprit only from a converged bisection, a clean run only with its power. An outcome that
+# is not a bug (the engine did not start, nothing found, not localized) is recorded as such.
 
 # %%
-if inv.found:
-    print(record_finding(
-        f"shape '{inv.sweep.fired}' reproduces an anomaly in {inv.first_flag_s:.0f} s; "
-        f"it arises in {inv.diagnosis.describe()}",
-        {"anomaly reproduced": inv.found, "localized to a stage": inv.diagnosis.stage is not None},
-        evidence={"shape": inv.sweep.fired, "diagnosis": inv.diagnosis.describe(),
-                  "basis": inv.diagnosis.basis,
-                  "divergences": [d.describe() for loc in inv.localizations
-                                  for d in loc.divergences[:3]],
-                  "reasons": hit.reasons, "left": [d.left for d in hit.drains]},
-        replay={"source": source, "patches": patches, "seed": seed, "shape": inv.sweep.fired,
-                "seeds": list(hit.seeds)},
-        source="05_investigation_template", ledger=findings_ledger))
-else:
-    print(record_finding(
-        f"no anomaly in {inv.judged} judged responses over shapes {list(inv.sweep.tried)} "
-        f"(flag rate below {inv.flag_upper_95:.1%} at 95%); {inv.judged_rooms} rooms' buffers "
-        "compared with the reference on both sides",
-        {"every shape ran": len(inv.sweep.runs) == len(inv.sweep.tried),
-         "responses judged": inv.judged > 0},
-        evidence={"judged": inv.judged, "flag_rate_upper_95": inv.flag_upper_95,
-                  "judged_rooms": inv.judged_rooms, "shapes": list(inv.sweep.tried)},
-        replay={"source": source, "patches": patches, "seed": seed},
-        source="05_investigation_template", ledger=findings_ledger))
+print(inv.report())
+for f in record_drafts(inv.findings(), replay=inv.replay(), tree=inv.tree,
+                       source="05_investigation_template", ledger=findings_ledger):
+    print(f)
 
 # %%
 if inv.bisection is not None:
-    b = inv.bisection
-    print(record_finding(
-        f"commit {b.culprit[:12]} introduced it (posterior {b.confidence:.3f}, "
-        f"{b.trials_spent} trials)",
-        {"bisection converged": b.converged},
-        evidence={"culprit": b.culprit, "posterior": b.confidence, "trials": b.trials_spent},
-        replay={"commits": commits, "shape": inv.sweep.fired, "seed": seed},
-        source="05_investigation_template", ledger=findings_ledger))
-    plots.plot_posterior(b)
+    plots.plot_posterior(inv.bisection)

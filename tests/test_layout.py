@@ -203,3 +203,26 @@ def test_the_workbench_is_packages_not_a_bag_of_files():
     long = [str(p.relative_to(ROOT)) for pkg in ("engine", "workbench") for p in
             (ROOT / pkg).rglob("*.py") if len(p.read_text().splitlines()) > 320]
     assert long == [], long
+
+
+HOT_PATH = ("engine/core/engine.py", "engine/core/model_runner.py", "engine/disagg/decode.py",
+            "engine/disagg/prefill.py")
+
+
+def test_bug_variants_sit_behind_named_seams_not_on_the_hot_path():
+    import engine.disagg.decode  # noqa: F401 - registers the decode, prefill and core variants
+    import engine.disagg.prefill  # noqa: F401
+    from engine.disagg.variants import DecodeHooks
+    from engine.patches import PATCHES
+    from engine.variants import hooks_for, variant_names
+
+    assert variant_names() == set(PATCHES) - {"bf16_index_k"}  # that one is a storage dtype
+    for rel in HOT_PATH:
+        text = (ROOT / rel).read_text()
+        assert ".has(" not in text, rel
+        assert not [p for p in PATCHES if f'"{p}"' in text], rel
+    assert type(hooks_for(DecodeHooks, ())) is DecodeHooks
+    both = hooks_for(DecodeHooks, ["aux_slot_double_free", "late_write_after_abort"])
+    slots: list[int] = []
+    both.release_aux(slots, 3)
+    assert slots == [3, 3] and both.frees_aborted_pages_now(False) and both.waits_for_aux()

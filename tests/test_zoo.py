@@ -168,7 +168,8 @@ def test_bisect_commits_names_the_planted_culprit(tmp_path):
 @pytest.mark.servers
 @pytest.mark.nixl
 def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
-    """The CLI executes notebook 05 blind on one bug: it finds, localizes and records."""
+    """The CLI runs the investigation (a library call) blind on one bug: it finds, localizes,
+    records the finding with the investigated tree's commit and writes its report."""
     from workbench.cli import main
     from workbench.judge.findings import read_findings
 
@@ -176,7 +177,8 @@ def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
     main(["investigate", "--patches", "index_k_scale_not_sent", "--shapes", "baseline",
           "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(tmp_path / "reports"),
           "--ledger", str(ledger)])
-    html = (tmp_path / "reports" / "05_investigation_template.html").read_text()
-    assert "diagnosis: transfer" in html and "Traceback" not in html
+    text = (tmp_path / "reports" / "investigation.txt").read_text()
+    assert "outcome: found and localized" in text and "diagnosis: transfer" in text, text
     found = read_findings(ledger)
     assert found.height == 1 and found["held"].all(), found
+    assert found["commit"][0] is not None and found["source"][0] == "wb investigate"

@@ -104,9 +104,7 @@ def cmd_bisect(args) -> None:
     if args.commits:
         from workbench.investigate.commits import bisect_commits
 
-        good, _, bad = args.commits.partition("..")
-        if not good or not bad:
-            raise SystemExit(f"wb bisect: --commits wants GOOD..BAD, not {args.commits!r}")
+        good, bad = _commit_range(args.commits, "wb bisect")
         res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
                              confidence=args.confidence, seed=args.seed,
                              max_trials=args.max_trials)
@@ -121,15 +119,47 @@ def cmd_bisect(args) -> None:
 
 
 def cmd_investigate(args) -> None:
-    from workbench.report.render import run_report
+    from workbench.investigate import investigate
+    from workbench.judge.findings import record_drafts
 
-    nb = Path(__file__).resolve().parent.parent / "notebooks" / "05_investigation_template.py"
+    if args.report:
+        from workbench.report.render import require_report_extra
+
+        require_report_extra("wb investigate --report")
+    good_bad = _commit_range(args.commits, "wb investigate") if args.commits else None
+    inv = investigate(args.source, patches=_names(args.patches), seed=args.seed,
+                      cap_s=args.cap_s, commits=good_bad, out_dir=args.runs_dir,
+                      shapes=_names(args.shapes) or None)
+    for f in record_drafts(inv.findings(), replay=inv.replay(), tree=inv.tree,
+                           source="wb investigate", ledger=args.ledger):
+        log.info("%s", f)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "investigation.txt").write_text(inv.report() + "\n")
+    log.info("%s\nwritten to %s", inv.report(), out / "investigation.txt")
+    if args.report:
+        _notebook_report(args, out)
+
+
+def _notebook_report(args, out: Path) -> None:
+    """Notebook 05 on the same parameters, executed to HTML (it runs the investigation again:
+    the same seeds give the same sweep)."""
+    from workbench.report.render import NOTEBOOKS, run_report
+
     params = {"source": args.source, "patches": _names(args.patches), "seed": args.seed,
               "cap_s": args.cap_s, "commits": args.commits, "out_dir": args.runs_dir,
-              "findings_ledger": args.ledger}
+              "findings_ledger": None}
     if args.shapes:
         params["shapes"] = _names(args.shapes)
-    log.info("investigation report written to %s", run_report(nb, params, args.out_dir))
+    nb = NOTEBOOKS / "05_investigation_template.py"
+    log.info("investigation report written to %s", run_report(nb, params, out))
+
+
+def _commit_range(spec: str, cmd: str) -> tuple[str, str]:
+    good, _, bad = spec.partition("..")
+    if not good or not bad:
+        raise SystemExit(f"{cmd}: --commits wants GOOD..BAD, not {spec!r}")
+    return good, bad
 
 
 def cmd_kernels(args) -> None:
@@ -234,8 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"))
     rep.add_argument("--out-dir", default="reports")
-    inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; writes the "
-                                             "executed report notebook (05)")
+    inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; records the "
+                                             "findings and writes investigation.txt")
     inv.add_argument("--source", help="checkout to investigate (default: this one)")
     inv.add_argument("--patches", default="", help="patch variants to enable, comma separated")
     inv.add_argument("--shapes", default="", help="shapes to sweep (default: all, in order)")
@@ -245,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     inv.add_argument("--runs-dir", default="runs/investigate")
     inv.add_argument("--out-dir", default="reports")
     inv.add_argument("--ledger", default="runs/findings.jsonl")
+    inv.add_argument("--report", action="store_true",
+                     help="also execute notebook 05 to HTML (needs the report extra)")
     ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
     ker.add_argument("--a", default="torch")
     ker.add_argument("--b", default="triton")
@@ -263,9 +295,14 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd == "load" and not (args.state or args.url):
         raise SystemExit("wb load: give --state or --url")
-    {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
-     "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings,
-     "workloads": cmd_workloads, "investigate": cmd_investigate}[args.cmd](args)
+    from workbench.report.render import ReportUnavailable
+
+    try:
+        {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
+         "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings,
+         "workloads": cmd_workloads, "investigate": cmd_investigate}[args.cmd](args)
+    except ReportUnavailable as exc:
+        raise SystemExit(f"wb {args.cmd}: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -37,11 +37,13 @@ from engine.core.sequence import (
     TokenEvent,
     TokenLogprob,
 )
+from engine.core.variants import CoreHooks
 from engine.core.views import EngineViews
 from engine.faults import FaultInjector
 from engine.model.model import TinyDeepSeek, load_model
 from engine.runtime import THREADS, Runtime
 from engine.text.tokenizer import Tokenizer
+from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +74,10 @@ class Engine(EngineViews):
         self.pool = KVPool.create(self.model.cfg, cfg)
         self.allocator = PageAllocator(cfg.num_pages)
         self.faults = FaultInjector(cfg.faults)
+        self.hooks = hooks_for(CoreHooks, cfg.patches)  # variants, chosen once
         self.cache = self._make_cache() if cfg.prefix_cache else None
         self.scheduler = Scheduler(cfg, self.allocator, self.cache)
-        self.runner = ModelRunner(self.model, self.pool, cfg)
+        self.runner = ModelRunner(self.model, self.pool, cfg, self.hooks)
         self.stats = EngineStats()
         self._inbox: queue.Queue[InboxMessage] = queue.Queue()
         self._wake = threading.Event()
@@ -83,15 +86,15 @@ class Engine(EngineViews):
         self.idle_wait_s = 0.05
         self.captures = CaptureRing(cfg.debug_capture)
         self.rid_of_room: BoundedMap[int, str] = BoundedMap(max(1024, cfg.debug_capture))
-        self.overlap = OverlapState() if cfg.has("overlap_schedule") else None
+        self.overlap = OverlapState() if self.hooks.overlap else None
 
     def _make_cache(self) -> RadixCache:
         if self.cfg.hicache:
             return HiRadixCache(self.allocator, self.pool, self.cfg.hicache_host_pages,
-                                self.faults, self.cfg.has("hicache_index_k_no_wait"),
-                                backup_index_k=not self.cfg.has("index_k_not_backed_up"),
+                                self.faults, not self.hooks.waits_index_k,
+                                backup_index_k=self.hooks.backs_up_index_k,
                                 runtime=self.runtime,
-                                v_after_counter=self.cfg.has("hicache_v_after_counter"))
+                                v_after_counter=self.hooks.v_after_counter)
         return RadixCache(self.allocator, self.cfg.page_size)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:

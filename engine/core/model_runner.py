@@ -16,6 +16,7 @@ from engine.cache.kv_pool import KVPool
 from engine.config import EngineConfig
 from engine.core.scheduler import Batch
 from engine.core.sequence import Sequence, TokenLogprob, sample, token_logprob
+from engine.core.variants import CoreHooks
 from engine.kernels import KernelSet, get_kernels
 from engine.model import layers
 from engine.model.model import TinyDeepSeek
@@ -51,10 +52,12 @@ LayerHook = Callable[[int, Batch], None]
 
 
 class ModelRunner:
-    def __init__(self, model: TinyDeepSeek, pool: KVPool, cfg: EngineConfig) -> None:
+    def __init__(self, model: TinyDeepSeek, pool: KVPool, cfg: EngineConfig,
+                 hooks: CoreHooks | None = None) -> None:
         self.model = model
         self.pool = pool
         self.cfg = cfg
+        self.hooks = hooks or CoreHooks()
         self.kernels: KernelSet = get_kernels(cfg.kernels)
         self.device = torch.device(cfg.device)
         self.before_layer: LayerHook | None = None
@@ -76,8 +79,7 @@ class ModelRunner:
                 ids = ids + [future[it.seq]]
             tok += ids[a:b]
             prev += ids[a - 1:b - 1] if a > 0 else [0] + ids[:b - 1]
-            if a > 0 and a % self.cfg.chunk_size == 0 and self.cfg.has("chunk_prev_token_dropped"):
-                prev[len(prev) - (b - a)] = 0  # the chunk's first token loses its previous token
+            self.hooks.previous_tokens(prev, len(prev) - (b - a), a, self.cfg.chunk_size)
             pos += range(a, b)
             item_of += [i] * it.num_tokens
             if len(it.seq.pages) * S < b:
@@ -104,8 +106,7 @@ class ModelRunner:
         inp = self.prepare(batch) if inputs is None else inputs
         rope = layers.rope_rows(m, inp.positions)
         all_jobs = [j for it in batch.items for j in it.seq.load_jobs]
-        skip_index_wait = self.cfg.has("hicache_index_k_no_wait")
-        skip_kv_wait = self.cfg.has("hicache_kv_no_wait")
+        skip_index_wait, skip_kv_wait = not self.hooks.waits_index_k, not self.hooks.waits_kv
         x = layers.embed(m, inp.tokens, inp.prev)
         for li, layer in enumerate(m.layers):
             a = layers.attn_inputs(m, layer, x, rope, bi)

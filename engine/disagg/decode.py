@@ -33,9 +33,11 @@ from engine.core.sequence import (
 from engine.disagg.bootstrap import BootstrapClient
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
+from engine.disagg.variants import DecodeHooks
 from engine.model.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import TransferEndpoint, Transport
+from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
 BootstrapFactory = Callable[..., BootstrapClient]  # (endpoint, on_failed=) -> client
@@ -76,6 +78,7 @@ class DecodeEngine(Engine):
         default the HTTP ``BootstrapClient``) are the seams ``engine.sim`` replaces."""
         super().__init__(cfg.replace(prefix_cache=False, hicache=False), model=model,
                          runtime=runtime)
+        self.pd_hooks = hooks_for(DecodeHooks, cfg.patches)
         self.aux = torch.zeros((max_transfer_queue, AUX_WORDS), dtype=torch.int64)
         self.free_aux = deque(range(max_transfer_queue))
         buffers = {**self.pool.buffers(), "aux": self.aux}
@@ -150,8 +153,8 @@ class DecodeEngine(Engine):
             elif t.kind in (TagKind.LAYER, TagKind.AUX):
                 self.late_writes += 1
                 log.warning("late write for room %d (%s): no live owner", t.room, t.label)
-            elif self.cfg.has("late_notification_recreates_room"):
-                self.states.update(t.room, RoomState.TRANSFERRING)  # a cleared room comes back
+            else:
+                self.pd_hooks.stray_tag(self, t)
 
     def _advance(self, room: DecodeRoom) -> None:
         state = self.states.get(room.room)
@@ -168,14 +171,11 @@ class DecodeEngine(Engine):
             self.states.fail(room.room, WAITING_TIMEOUT)
             room.seq.failure = Failure(FailureKind.TIMEOUT, f"KV of room {room.room} did not "
                                        f"arrive within {self.waiting_timeout_s:g} s")
-            if self.cfg.has("transfer_timeout_leaks_room"):  # pages and aux slot never return
-                del self.transfer[room.room]
-                self._emit_end(room.seq)
-                return
-            self._finish(room.seq, FinishReason.ABORT)
+            if not self.pd_hooks.on_waiting_timeout(self, room):
+                self._finish(room.seq, FinishReason.ABORT)
             return
         needed = {Tag(room.room, TagKind.LAYER, i) for i in range(self.model.cfg.n_layers)}
-        if not self.cfg.has("aux_read_before_landed"):
+        if self.pd_hooks.waits_for_aux():
             needed.add(Tag(room.room, TagKind.AUX))
         if Tag(room.room, TagKind.FAILED) in room.arrived:
             self.states.fail(room.room, "prefill reported failure")
@@ -184,14 +184,11 @@ class DecodeEngine(Engine):
 
     def _start_decoding(self, room: DecodeRoom) -> None:
         aux = Aux.from_words(self.aux[room.aux_slot].tolist())
-        unchecked = self.cfg.has("aux_read_before_landed") and aux.room == 0  # trusts a zero row
-        if aux.room != room.room and not unchecked:
+        if not self.pd_hooks.aux_matches(aux.room, room.room):
             self.states.fail(room.room, f"aux room {aux.room} != {room.room}")
             return
         del self.transfer[room.room]
-        self.free_aux.append(room.aux_slot)
-        if self.cfg.has("aux_slot_double_free"):
-            self.free_aux.append(room.aux_slot)  # returned twice: two rooms will share it
+        self.pd_hooks.release_aux(self.free_aux, room.aux_slot)
         self.states.update(room.room, RoomState.SUCCESS)
         self.states.clear(room.room)
         seq = room.seq
@@ -204,21 +201,21 @@ class DecodeEngine(Engine):
         self._accept(seq, aux.first_token, lp)
 
     def _cleanup(self, room: DecodeRoom) -> None:
-        """Abort cleanup of a transfer-queue entry (buggy variants keep or free too early)."""
+        """Abort cleanup of a transfer-queue entry: the entry leaves the queue, and its pages
+        and aux slot are quarantined until the prefill says it writes no more."""
         seq = room.seq
         log.info("cleanup of room %d (arrived %s)", room.room, room.arrived_labels())
         seq.num_computed = len(seq.prompt)  # the pages as they stand, for dumps of aborted rooms
         self.capture(seq)
-        if self.cfg.has("abort_orphan_transfer_entry"):
-            room.orphaned = True  # entry (and its aux slot) stays in the queue forever
-        else:
+        room.orphaned = self.pd_hooks.keeps_aborted_entry()
+        if not room.orphaned:
             del self.transfer[room.room]
         settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
         if settled:
             self._settle(room.room)
         elif self.states.reason(room.room) not in (CLIENT_ABORT, WAITING_TIMEOUT, UNREACHABLE):
             self.bootstrap.send_abort(room.prefill_url, room.room)  # the prefill frees it now
-        if self.cfg.has("late_write_after_abort") or settled:  # the prefill writes no more
+        if self.pd_hooks.frees_aborted_pages_now(bool(settled)):
             self.allocator.free(seq.pages)
             if not room.orphaned:
                 self.free_aux.append(room.aux_slot)

@@ -24,9 +24,11 @@ from engine.core.sequence import FinishReason, Sequence
 from engine.disagg.control import MAX_EARLY_PREALLOCS, RejectedPrealloc, check_prealloc
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
+from engine.disagg.variants import PrefillHooks
 from engine.model.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus, Transport
+from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class PrefillEngine(Engine):
         """``runtime`` runs the sender workers and times their waits; ``transport`` builds the
         endpoint (NIXL in real mode; ``engine.sim.SimEndpoint`` in simulation)."""
         super().__init__(cfg, model=model, runtime=runtime)
+        self.pd_hooks = hooks_for(PrefillHooks, cfg.patches)
         # A prefill request ends at its first token (max_tokens=1). With overlap scheduling that
         # token is processed a step late; like SGLang's PD prefill loop, never decode meanwhile.
         self.scheduler.prefill_only = self.overlap is not None
@@ -95,20 +98,19 @@ class PrefillEngine(Engine):
         Raises ``RejectedPrealloc`` (``engine.disagg.control.check_prealloc``) and keeps nothing
         for a prealloc naming an unknown peer or another live room's pages."""
         failed = self.states.get(msg.room) is RoomState.FAILED
-        split = self.cfg.has("prealloc_parked_after_check")
         with self._lock:
             held = {r.room: r.prealloc for r in self.rooms.values() if r.prealloc is not None}
             check_prealloc(msg, set(self.peers), held)
             room = self.rooms.get(msg.room)
             early = room is None and not failed
-            if early and not split:
+            if early and self.pd_hooks.parks_under_lock():
                 self._park(msg)
                 return
             if room is not None:
                 if room.prealloc is not None:
                     raise RejectedPrealloc(f"room {msg.room} is already preallocated")
                 room.prealloc = msg
-        if early:  # prealloc_parked_after_check: the room may have been registered meanwhile
+        if early:  # parked past the lock (a hook's choice): its room may have registered since
             self.runtime.point(f"prefill parks prealloc {msg.room}")
             with self._lock:
                 self._park(msg)
@@ -230,8 +232,7 @@ class PrefillEngine(Engine):
         n_pages = -(-len(room.seq.prompt) // S)
         src, dst = room.seq.pages[:n_pages], room.prealloc.dst_pages[:n_pages]
         src = self._patched_source(worker, room, src)
-        buffers = tuple(b for b in KV_BUFFERS
-                        if b != "index_k_scale" or not self.cfg.has("index_k_scale_not_sent"))
+        buffers = tuple(b for b in KV_BUFFERS if self.pd_hooks.sends(b))
         layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
         handles, t0 = [], self.runtime.monotonic()
         for layer in range(self.model.cfg.n_layers):
@@ -266,14 +267,11 @@ class PrefillEngine(Engine):
         return final
 
     def _patched_source(self, worker: int, room: PrefillRoom, src: list[int]) -> list[int]:
-        """``sender_stale_prefix_pages``: the cached prefix is shipped from the pages this worker
-        sent for its previous room (another request's), not from this room's."""
+        """The pages shipped for ``room`` (the hook's; this worker's previous room's pages are
+        remembered for it)."""
         last = self._last_sent.get(worker)
         self._last_sent[worker] = list(src)
-        if not self.cfg.has("sender_stale_prefix_pages") or last is None:
-            return src
-        cached = min(room.seq.num_cached // self.pool.page_size, len(last), len(src))
-        return last[:cached] + src[cached:]
+        return self.pd_hooks.source_pages(last, src, room.seq.num_cached // self.pool.page_size)
 
     def _wait_all(self, handles, timeout_s: float = 60.0) -> bool:
         ok = True

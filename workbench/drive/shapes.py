@@ -37,6 +37,8 @@ class Shape:
                              f"[0, 1]")
 
 
+# The seed investigation's HiCache setting and its slowed load-back, defined once: real shapes,
+# the patch-series bisection and the simulator's workloads all start from them.
 HICACHE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512}
 RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
 CAPTURE = {"debug_capture": 64}

@@ -5,7 +5,8 @@ not converged, the engine died) is a result, never an exception."""
 
 from workbench.investigate.bursts import Burst, Reproduction, StopOn
 from workbench.investigate.commits import bisect_commits
-from workbench.investigate.investigation import Diagnosis, Investigation, diagnose, investigate
+from workbench.investigate.investigation import diagnose, investigate
+from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
 from workbench.investigate.reproduce import Sweep, rates_table, reproduce, sweep
 from workbench.investigate.series import PatchSeries, bisect_patch_series
 from workbench.investigate.steps import (
@@ -18,6 +19,6 @@ from workbench.investigate.steps import (
 )
 
 __all__ = ["BUGGY", "RACE_ENGINE", "RACE_FAULTS", "Burst", "Diagnosis", "Investigation",
-           "PatchSeries", "Reproduction", "StopOn", "Sweep", "bisect_commits",
+           "Outcome", "PatchSeries", "Reproduction", "StopOn", "Sweep", "bisect_commits",
            "bisect_patch_series", "diagnose", "first_flags", "flagged_requests", "investigate",
            "race_counts", "rates_table", "reproduce", "sweep"]

@@ -1,13 +1,15 @@
 """One investigation of an unknown bug: sweep shapes until an anomaly, localize it, optionally
 bisect commits, and say where it arises. It is never told which bug it is looking for.
 
-``investigate(source=...)`` runs ``workbench.investigate.reproduce.sweep`` on the code in
-``source`` (a
-checkout), localizes the first flagged rooms from their captures (``workbench.observe.localize``),
-and ``diagnose`` names the stage (prefill, transfer, decode) from the evidence, most direct first:
-HiCache reads that raced their load, then buffer divergences, then room failure reasons, then
-what stayed after draining, then late writes. With ``commits=(good, bad)`` it then bisects that
-range in ``source``'s repository with the shape that fired.
+``investigate(source=...)`` runs ``workbench.investigate.reproduce.sweep`` on the code in ``source``
+(a checkout), localizes the first flagged rooms from their captures
+(``workbench.observe.localize``), and ``diagnose`` names the stage (prefill, transfer, decode) from
+the evidence, most direct first: HiCache reads that raced their load, then buffer divergences, then
+room failure reasons, then what stayed after draining, then late writes. With ``commits=(good,
+bad)`` it then bisects that range in ``source``'s repository with the shape that fired. The result
+is an ``Investigation`` (``workbench.investigate.outcome``) whatever happened: an engine that did
+not start, nothing found, a bug found but not localized and a bisection that did not converge are
+outcomes.
 """
 
 from __future__ import annotations
@@ -15,38 +17,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from workbench.drive.concurrency import wilson
+from workbench.deploy import LaunchError
 from workbench.investigate.bursts import Reproduction
 from workbench.investigate.commits import bisect_commits
+from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
 from workbench.investigate.reproduce import Sweep, sweep
+from workbench.judge.findings import tree_state
 from workbench.observe.buffers import ReferenceBuffers
 from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
-from workbench.search.bisect import BisectResult
 
 log = logging.getLogger(__name__)
 EXPECTED_REASONS = ("client abort", "client disconnected", "decode abort")
 _TIMEOUTS = ("waiting timeout", "prefill unreachable")
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """Where the anomaly arises: ``stage`` (None: not localized), ``kind`` (a buffer name or an
-    evidence kind), ``detail`` (one sentence), ``basis`` (``"race"``, ``"buffers"``,
-    ``"failures"``, ``"leftovers"``, ``"late_writes"`` or ``"none"``)."""
-
-    stage: Stage | None
-    kind: str
-    detail: str
-    basis: str
-
-    def describe(self) -> str:
-        where = self.stage.name.lower() if self.stage is not None else "not localized"
-        return f"{where} ({self.kind}): {self.detail}"
 
 
 def _sum(rep: Reproduction, col: str) -> int:
@@ -82,44 +68,6 @@ def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagno
     return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
 
 
-@dataclass(frozen=True)
-class Investigation:
-    """The outcome of ``investigate``. ``first_flag_s``: sweep start to the first anomalous
-    burst's end (None: nothing fired); ``judged``/``flag_upper_95``: the power of a clean run
-    (responses judged over every shape and the 95% Wilson upper bound on their flag rate)."""
-
-    sweep: Sweep
-    diagnosis: Diagnosis
-    localizations: tuple[Localization, ...]
-    bisection: BisectResult | None
-    elapsed_s: float
-
-    @property
-    def found(self) -> bool:
-        return self.sweep.fired is not None
-
-    @property
-    def first_flag_s(self) -> float | None:
-        return self.sweep.first_flag_s
-
-    @property
-    def judged(self) -> int:
-        return sum(_sum(r, "requests") for r in self.sweep.runs)
-
-    @property
-    def judged_rooms(self) -> int:
-        return sum(_sum(r, "judged_rooms") for r in self.sweep.runs)
-
-    @property
-    def flag_upper_95(self) -> float:
-        return wilson(0, self.judged)[1]
-
-    def summary(self) -> pl.DataFrame:
-        from workbench.investigate.reproduce import rates_table
-
-        return rates_table(list(self.sweep.runs))
-
-
 def _flagged_rooms(rep: Reproduction, n: int) -> list[int]:
     if not len(rep.requests):
         return []
@@ -151,22 +99,52 @@ def investigate(source: str | Path | None = None, *, patches: Sequence[str] = ()
                 shapes: Sequence[str] | None = None) -> Investigation:
     """Sweeps, localizes and (with ``commits=(good, bad)``) bisects the code in ``source``
     (default this checkout) with ``patches`` enabled; writes captures and logs under
-    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``."""
+    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``.
+
+    Never raises for an outcome: a launch that fails ends the sweep with ``LAUNCH_FAILED`` and
+    the launcher's message; a bisection that fails keeps the sweep's result and its error."""
     t0, out = time.monotonic(), Path(out_dir)
+    tree = tree_state(source or ".")
     kw = {"shapes": tuple(shapes)} if shapes else {}
-    sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
-               log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape, **kw)
+    try:
+        sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
+                   log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape, **kw)
+    except LaunchError as exc:
+        log.warning("investigation: the engine did not start: %s", exc)
+        return Investigation(Sweep((), (), None, 0.0), NO_DIAGNOSIS, (), None,
+                             round(time.monotonic() - t0, 2), Outcome.LAUNCH_FAILED,
+                             tree=tree, error=str(exc), patches=tuple(patches), seed=seed)
     hit = sw.hit
-    locs: list[Localization] = []
-    if hit is not None:
-        locs = localize_flagged(hit) + [loc for loc in hit.localizations if loc.first]
+    locs = _localizations(hit)
     diag = diagnose(hit, locs) if hit is not None else Diagnosis(
         None, "none", f"no anomaly in {len(sw.runs)} shapes", "none")
-    bis = None
-    if hit is not None and commits is not None:
-        repo = Path(source or ".")
-        bis = bisect_commits(repo, commits[0], commits[1], shape=sw.fired, patches=tuple(patches),
-                             store=out / "bisect.sqlite", log_dir=out / "bisect-logs",
-                             max_trials=max_trials, seed=seed)
-    log.info("investigation: %s", diag.describe())
-    return Investigation(sw, diag, tuple(locs), bis, round(time.monotonic() - t0, 2))
+    bis, err = _bisect(source, commits, sw, patches, out, max_trials, seed)
+    outcome = (Outcome.NOTHING_FOUND if hit is None else Outcome.LOCALIZED
+               if diag.stage is not None else Outcome.NOT_LOCALIZED)
+    log.info("investigation: %s; %s", outcome.value, diag.describe())
+    return Investigation(sw, diag, tuple(locs), bis, round(time.monotonic() - t0, 2), outcome,
+                         tree=tree, error=err, patches=tuple(patches), seed=seed,
+                         commits=commits)
+
+
+NO_DIAGNOSIS = Diagnosis(None, "none", "nothing ran", "none")
+
+
+def _localizations(hit: Reproduction | None) -> list[Localization]:
+    if hit is None:
+        return []
+    return localize_flagged(hit) + [loc for loc in hit.localizations if loc.first]
+
+
+def _bisect(source, commits, sw: Sweep, patches, out: Path, max_trials: int, seed: int):
+    """The bisection of ``commits`` with the shape that fired, or its error (never raised)."""
+    if sw.hit is None or commits is None:
+        return None, ""
+    try:
+        return bisect_commits(Path(source or "."), commits[0], commits[1], shape=sw.fired,
+                              patches=tuple(patches), store=out / "bisect.sqlite",
+                              log_dir=out / "bisect-logs", max_trials=max_trials,
+                              seed=seed), ""
+    except (LaunchError, ValueError, OSError, RuntimeError) as exc:
+        log.warning("investigation: bisection failed: %s", exc)
+        return None, f"bisection failed: {exc}"

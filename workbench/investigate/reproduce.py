@@ -106,11 +106,14 @@ def _reproduction(name: str, patches: Sequence[str], sh: Shape, runs: list[Burst
     frames = [r.requests for r in runs if len(r.requests)]
     requests = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
     reasons = sum((r.reasons for r in runs), Counter())
-    return Reproduction(name, tuple(patches), tuple(r.burst.seed for r in runs), bursts,
-                        requests, tuple(f for r in runs for f in r.captures), round(launch_s, 2),
-                        first, dict(sh.engine), dict(sh.faults), sh.name, dict(reasons),
-                        tuple(r.drain for r in runs), str(source) if source else None,
-                        tuple(loc for r in runs for loc in r.localizations), sh.expect_aborts)
+    return Reproduction(
+        variant=name, patches=tuple(patches), seeds=tuple(r.burst.seed for r in runs),
+        bursts=bursts, requests=requests, captures=tuple(f for r in runs for f in r.captures),
+        launch_s=round(launch_s, 2), first_flag_s=first, engine=dict(sh.engine),
+        faults=dict(sh.faults), shape=sh.name, reasons=dict(reasons),
+        drains=tuple(r.drain for r in runs), source=str(source) if source else None,
+        localizations=tuple(loc for r in runs for loc in r.localizations),
+        expect_aborts=sh.expect_aborts)
 
 
 @dataclass(frozen=True)

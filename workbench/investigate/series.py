@@ -14,6 +14,7 @@ from pathlib import Path
 
 from workbench.deploy.launch import PDPair, launch_pd_pair
 from workbench.drive.concurrency import inject_concurrency
+from workbench.drive.shapes import HICACHE, RACE_FAULTS
 from workbench.search.bisect import BisectResult, bisect
 from workbench.search.trials import TrialStore
 from workbench.sim import Workload
@@ -23,8 +24,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERIES = ("bf16_index_k", "hicache_index_k_no_wait", "late_write_after_abort",
                   "abort_orphan_transfer_entry")
-RACE_ENGINE = {"hicache": True, "hicache_offload_on_finish": True, "num_pages": 512}
-RACE_FAULTS = {"seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3}
+RACE_ENGINE = HICACHE
+
 BURST_PRIOR = (1.0, 1.0)
 
 

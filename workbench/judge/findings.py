@@ -42,7 +42,9 @@ class Finding:
 
     Invariants: ``held == not failed``; ``checks`` maps every check name to its outcome;
     ``evidence`` and ``replay`` hold JSON values only (DataFrames become their first
-    ``MAX_EVIDENCE_ROWS`` rows); ``commit`` is the source tree's HEAD (None outside git).
+    ``MAX_EVIDENCE_ROWS`` rows); ``commit`` and ``dirty`` describe the tree the claim is
+    about (the ``tree`` passed to ``record_finding``, default the working directory; None
+    outside git).
     """
 
     title: str
@@ -52,6 +54,7 @@ class Finding:
     source: str = ""
     commit: str | None = None
     recorded_at: str = ""
+    dirty: bool | None = None
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -94,13 +97,35 @@ def jsonable(value):
     return str(value)
 
 
-def _commit() -> str | None:
+@dataclass(frozen=True)
+class TreeState:
+    """A source tree's HEAD commit (short) and whether it had uncommitted changes; both
+    ``None`` outside git."""
+
+    commit: str | None
+    dirty: bool | None
+
+    def describe(self) -> str:
+        if self.commit is None:
+            return "not a git tree"
+        return self.commit + (" (with uncommitted changes)" if self.dirty else "")
+
+
+def _git(path: str | Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True)
+        out = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True,
+                             timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout.strip()
+
+
+def tree_state(path: str | Path = ".") -> TreeState:
+    """The commit and dirty state of the git tree at ``path`` (what an investigation ran)."""
+    commit = _git(path, "rev-parse", "--short", "HEAD")
+    if not commit:
+        return TreeState(None, None)
+    return TreeState(commit, bool(_git(path, "status", "--porcelain", "--untracked-files=no")))
 
 
 def _checks(checks: Mapping[str, object]) -> dict[str, bool]:
@@ -127,16 +152,19 @@ class FindingDraft:
 
 
 def record_drafts(drafts: list[FindingDraft], *, replay: Mapping | None = None,
-                  source: str = "", ledger: str | Path | None = DEFAULT_LEDGER) -> list[Finding]:
+                  source: str = "", ledger: str | Path | None = DEFAULT_LEDGER,
+                  tree: str | Path | TreeState = ".") -> list[Finding]:
     """``record_finding`` for each draft, in order (the first that does not hold raises)."""
     return [record_finding(d.title, d.checks, evidence=d.evidence, replay=replay, source=source,
-                           ledger=ledger) for d in drafts]
+                           ledger=ledger, tree=tree) for d in drafts]
 
 
 def record_finding(title: str, checks: Mapping[str, object], *, evidence: Mapping | None = None,
                    replay: Mapping | None = None, source: str = "",
-                   ledger: str | Path | None = DEFAULT_LEDGER) -> Finding:
+                   ledger: str | Path | None = DEFAULT_LEDGER,
+                   tree: str | Path | TreeState = ".") -> Finding:
     """Checks a finding, appends it to ``ledger`` (``None``: keep no ledger) and returns it.
+    ``tree``: the source tree the claim is about (its commit and dirty state are recorded).
 
     Raises ``FindingNotSupported`` after recording when a check is false, ``ValueError`` for no
     checks, ``TypeError`` for a check that is not a bool.
@@ -147,9 +175,10 @@ def record_finding(title: str, checks: Mapping[str, object], *, evidence: Mappin
         if value is not None and not isinstance(value, Mapping):
             raise TypeError(f"{name} must be a mapping of name -> value, "
                             f"got {type(value).__name__}")
+    state = tree if isinstance(tree, TreeState) else tree_state(tree)
     finding = Finding(title, _checks(checks), jsonable(dict(evidence or {})),
-                      jsonable(dict(replay or {})), source, _commit(),
-                      datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                      jsonable(dict(replay or {})), source, state.commit,
+                      datetime.now(timezone.utc).isoformat(timespec="seconds"), state.dirty)
     if ledger is not None:
         path = Path(ledger)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +192,7 @@ def record_finding(title: str, checks: Mapping[str, object], *, evidence: Mappin
 
 def read_findings(ledger: str | Path = DEFAULT_LEDGER) -> pl.DataFrame:
     """The ledger, one row per record in order: ``recorded_at, title, held, failed, commit,
-    source, checks, evidence, replay`` (the last three as JSON text)."""
+    dirty, source, checks, evidence, replay`` (the last three as JSON text)."""
     rows = []
     path = Path(ledger)
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -174,10 +203,12 @@ def read_findings(ledger: str | Path = DEFAULT_LEDGER) -> pl.DataFrame:
         except (json.JSONDecodeError, TypeError) as exc:
             raise ValueError(f"{path}:{n}: not a finding record: {exc}") from exc
         rows.append({"recorded_at": f.recorded_at, "title": f.title, "held": f.held,
-                     "failed": list(f.failed), "commit": f.commit, "source": f.source,
+                     "failed": list(f.failed), "commit": f.commit, "dirty": f.dirty,
+                     "source": f.source,
                      "checks": json.dumps(f.checks), "evidence": json.dumps(f.evidence),
                      "replay": json.dumps(f.replay)})
     return pl.DataFrame(rows, schema={"recorded_at": pl.Utf8, "title": pl.Utf8,
                                       "held": pl.Boolean, "failed": pl.List(pl.Utf8),
-                                      "commit": pl.Utf8, "source": pl.Utf8, "checks": pl.Utf8,
+                                      "commit": pl.Utf8, "dirty": pl.Boolean,
+                                      "source": pl.Utf8, "checks": pl.Utf8,
                                       "evidence": pl.Utf8, "replay": pl.Utf8})

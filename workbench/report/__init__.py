@@ -3,6 +3,6 @@
 one and nothing imports it but the CLI."""
 
 from workbench.report import plots
-from workbench.report.render import run_report
+from workbench.report.render import ReportUnavailable, require_report_extra, run_report
 
-__all__ = ["plots", "run_report"]
+__all__ = ["ReportUnavailable", "plots", "require_report_extra", "run_report"]

@@ -8,15 +8,37 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # in a checkout, beside the package
+REPORT_MODULES = ("jupytext", "papermill", "nbconvert", "nbformat", "ipykernel")
+
+
+class ReportUnavailable(RuntimeError):
+    """Executable reports need the ``report`` extra and the notebooks of a source checkout."""
+
+
+def require_report_extra(what: str = "an executable report") -> None:
+    """Raises ``ReportUnavailable`` naming what is missing (modules or the notebooks folder)."""
+    import importlib.util
+
+    missing = [m for m in REPORT_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ReportUnavailable(f"{what} needs the report extra ({', '.join(missing)} missing): "
+                                "pip install 'pd-workbench[report]'")
+    if not NOTEBOOKS.is_dir():
+        raise ReportUnavailable(f"{what} executes the notebooks of a source checkout; none at "
+                                f"{NOTEBOOKS} (run from a clone, or without the report)")
+
 
 def run_report(notebook: str | Path, params: dict | None = None,
                out_dir: str | Path = "reports", kernel: str = "python3",
                timeout_s: int = 1800) -> Path:
     """Executes ``notebook`` (a .ipynb, or a jupytext .py paired with one) and writes HTML.
 
-    Returns the HTML path. A cell that raises (e.g. a finding whose assertion no longer holds)
-    fails the run with papermill's ``PapermillExecutionError``; the executed notebook is kept.
+    Returns the HTML path; ``ReportUnavailable`` without the report extra. A cell that raises (e.g.
+    a finding whose assertion no longer holds) fails the run with papermill's
+    ``PapermillExecutionError``; the executed notebook is kept.
     """
+    require_report_extra(f"running {Path(notebook).name}")
     import jupytext
     import nbformat
     import papermill

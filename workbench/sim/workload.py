@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.sim import Decision
 from workbench.drive.concurrency import LoadResult
-from workbench.drive.shapes import Shape, shape_of
+from workbench.drive.shapes import HICACHE, RACE_FAULTS, Shape, shape_of
 from workbench.judge.rules import unexpected_errors
 
 SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
@@ -66,10 +66,8 @@ class Workload:
     turns: int = 2
     max_tokens: int = 64
     load_seed: int = 0
-    engine: dict = field(default_factory=lambda: {
-        "hicache": True, "hicache_offload_on_finish": True, "num_pages": 512})
-    faults: dict = field(default_factory=lambda: {
-        "seed": 7, "hicache_ns_per_byte": 2000.0, "hicache_jitter": 0.3})
+    engine: dict = field(default_factory=lambda: dict(HICACHE))
+    faults: dict = field(default_factory=lambda: dict(RACE_FAULTS))
     layer_us: float = 250.0  # virtual cost of one layer of a forward: fixed part
     layer_us_per_token: float = 2.0  # and per token of the batch
     pd: bool = False
