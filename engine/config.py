@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from engine.faults import FaultConfig
+
+DATA_ENV = "PDWB_DATA"
+
+
+def data_dir() -> Path:
+    """The data folder (models, tool pool, workloads): ``$PDWB_DATA``, else the checkout's
+    beside this package, else ``./data`` (an installed package run from a checkout)."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV])
+    beside = Path(__file__).resolve().parents[1] / "data"
+    return beside if beside.is_dir() else Path("data").resolve()
 
 INDEX_K_DTYPES = ("fp8", "bf16", "fp32")
 KV_DTYPES = ("fp32", "bf16")

@@ -11,11 +11,12 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.config import data_dir
 from engine.text.chat import ToolCall, ToolSpec, render_prompt
 
 EVAL_SEED_BASE = 10_000_000  # transcripts at or above it are held out of training
 
-TOOLS_FILE = Path(__file__).resolve().parents[2] / "data" / "tools" / "agentic_tools.json"
+TOOLS_FILE = data_dir() / "tools" / "agentic_tools.json"
 INT_KIND = "n"  # integer 1..999; every other kind draws from the pool's ``values``
 
 

@@ -18,12 +18,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.config import data_dir
 from engine.transfer.progress import DEFAULT_DELAY_US, DELAY_ENV
 from workbench.deploy.process import LaunchError, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PINS = ROOT / "scripts" / "vllm-pins.txt"
-MODEL_DIR = ROOT / "data" / "llama"
+MODEL_DIR = data_dir() / "llama"
 SERVED_MODEL = "tiny-llama"
 SITE_DIR = Path(__file__).resolve().parent / "vllm_site"  # its sitecustomize paces NIXL
 TOOL_PARSER = "deepseek_v32"

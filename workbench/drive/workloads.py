@@ -15,10 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.config import data_dir
 from engine.registry import UnknownVariantError
 from workbench.drive.load import LoadConfig
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "data" / "workloads"
+WORKLOADS_DIR = data_dir() / "workloads"
 RUN_FIELDS = ("sessions", "turns", "kill_fraction", "duration_s", "seed", "max_tokens",
               "kill_window_s")
 """The ``LoadConfig`` fields a workload may set (those ``inject_concurrency`` takes)."""

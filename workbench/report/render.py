@@ -8,7 +8,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # in a checkout, beside the package
+def notebooks_dir() -> Path:
+    """The notebooks: a checkout's beside this package, else ``./notebooks`` (an installed
+    package run from a checkout, as the engine's ``data/`` needs anyway)."""
+    beside = Path(__file__).resolve().parents[2] / "notebooks"
+    return beside if beside.is_dir() else Path("notebooks").resolve()
+
+
+NOTEBOOKS = notebooks_dir()
 REPORT_MODULES = ("jupytext", "papermill", "nbconvert", "nbformat", "ipykernel")
 
 
