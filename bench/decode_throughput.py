@@ -9,9 +9,8 @@ from dataclasses import dataclass
 
 from bench.table import TableRow
 from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.core.sequence import SamplingParams, Sequence
-from engine.training.datagen import make_transcript
+from engine.core import Engine, SamplingParams, Sequence
+from engine.training import make_transcript
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ import httpx
 import numpy as np
 
 from bench.table import TableRow
-from engine.training.datagen import make_transcript
-from workbench.deploy.launch import PDPair, launch_pd_pair
-from workbench.observe.buffers import dump_buffers
+from engine.training import make_transcript
+from workbench.deploy import PDPair, launch_pd_pair
+from workbench.observe import dump_buffers
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ import httpx
 
 from bench.table import TableRow
 from engine.transfer.progress import DEFAULT_DELAY_US, DELAY_ENV
-from workbench.deploy.launch import launch_pd_pair
-from workbench.deploy.pair import PDPair
+from workbench.deploy import PDPair, launch_pd_pair
 from workbench.deploy.vllm import VllmOptions
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

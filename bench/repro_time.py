@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.table import TableRow
-from workbench.drive.concurrency import wilson
-from workbench.investigate import BUGGY, reproduce
-from workbench.investigate.series import RACE_ENGINE, RACE_FAULTS
+from workbench.drive import wilson
+from workbench.investigate import BUGGY, RACE_ENGINE, RACE_FAULTS, reproduce
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from bench.table import TableRow
 from engine.patches import ZOO
 from workbench import sim
-from workbench.drive.shapes import SWEEP_ORDER
+from workbench.drive import SWEEP_ORDER
 
 log = logging.getLogger(__name__)
 

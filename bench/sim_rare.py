@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from bench.table import TableRow
 from engine.patches import RARE
 from workbench import sim
-from workbench.drive.concurrency import wilson
-from workbench.investigate import reproduce
-from workbench.investigate.bursts import Burst
+from workbench.drive import wilson
+from workbench.investigate import Burst, reproduce
 
 log = logging.getLogger(__name__)
 SCHEDULES, REAL_BURSTS = 1000, 50

@@ -30,7 +30,7 @@ from bench.sim_pd import FoundRow
 from bench.table import TableRow
 from engine.patches import RARE, ZOO
 from workbench import sim
-from workbench.drive.shapes import SWEEP_ORDER
+from workbench.drive import SWEEP_ORDER
 
 log = logging.getLogger(__name__)
 SMALL = sim.Workload(sessions=2, max_tokens=16)

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.table import TableRow
-from workbench.deploy.launch import launch_pd_pair
-from workbench.deploy.pair import PDPair
-from workbench.drive.concurrency import inject_concurrency
-from workbench.observe.evidence import settle
+from workbench.deploy import PDPair, launch_pd_pair
+from workbench.drive import inject_concurrency
+from workbench.observe import settle
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ import httpx
 from bench.table import TableRow
 from engine.text.dsml import LEAK_MARKERS
 from engine.training.evaluate import eval_prompts
-from workbench.deploy.launch import launch_pd_pair
-from workbench.deploy.pair import PDPair
+from workbench.deploy import PDPair, launch_pd_pair
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,9 @@ from pathlib import Path
 
 from bench.table import TableRow
 from engine.patches import ZOO
-from workbench.investigate.commits import bisect_commits
-from workbench.investigate.investigation import investigate
-from workbench.investigate.reproduce import sweep
+from workbench.investigate import bisect_commits, investigate, sweep
 from workbench.investigate.zoo import plant_history
-from workbench.observe.localize import Stage
+from workbench.observe import Stage
 
 log = logging.getLogger(__name__)
 DETECT_S, LOCALIZED, POSTERIOR = 180.0, 0.90, 0.95

@@ -29,7 +29,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 def serve(argv: list[str]) -> None:
     import uvicorn
 
-    from engine.http.limits import SERVER_KEEP_ALIVE_S
+    from engine.http import SERVER_KEEP_ALIVE_S
 
     ap = argparse.ArgumentParser(prog="engine serve")
     ap.add_argument("--host", default="127.0.0.1")
@@ -81,14 +81,14 @@ def build(args, cfg: EngineConfig):
         except MissingSecret as exc:
             raise SystemExit(str(exc)) from None
     if args.role == "prefill":
-        from engine.disagg.prefill import PrefillEngine
+        from engine.disagg import PrefillEngine
         from engine.disagg.server import PrefillServer
 
         engine = PrefillEngine(cfg, name, bootstrap_timeout_s=args.bootstrap_timeout_s)
         return engine, PrefillServer(engine, args.debug_token, args.port, secret=secret,
                                      **debug).app
     if args.role == "decode":
-        from engine.disagg.decode import DecodeEngine
+        from engine.disagg import DecodeEngine
         from engine.disagg.server import DecodeServer
 
         engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
@@ -96,8 +96,8 @@ def build(args, cfg: EngineConfig):
         allowed = None if args.prefill_allow is None else frozenset(args.prefill_allow)
         return engine, DecodeServer(engine, args.debug_token, args.port,
                                     allowed_prefills=allowed, **debug).app
-    from engine.core.engine import Engine
-    from engine.serving.server import create_app
+    from engine.core import Engine
+    from engine.serving import create_app
 
     engine = Engine(cfg)
     return engine, create_app(engine, args.debug_token, args.port, **debug)

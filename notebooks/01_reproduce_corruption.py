@@ -43,9 +43,8 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import investigate, record_finding
+from workbench import investigate, judge, record_finding
 from workbench.investigate import reproduce
-from workbench import judge
 from workbench.report import plots
 
 pl.Config.set_tbl_rows(30)

@@ -45,7 +45,7 @@ log_dir = "runs/06-vllm"
 
 # %%
 from workbench.investigate.storm import WATCH, StormConfig, findings, launch_and_run
-from workbench.judge.findings import record_drafts
+from workbench.judge import record_drafts
 from workbench.report import plots
 
 cfg = StormConfig(sessions=sessions, turns=turns, kill_fraction=kill_fraction, storm=storm,

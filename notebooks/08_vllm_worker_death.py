@@ -50,7 +50,7 @@ import polars as pl
 
 from workbench.deploy.isa import isa_probe
 from workbench.investigate.crash_study import findings, host, rates, read_outcomes, run_study
-from workbench.judge.findings import record_drafts
+from workbench.judge import record_drafts
 from workbench.report import plots
 
 if pairs > 0:

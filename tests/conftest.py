@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.model.model import TinyDeepSeek, load_model
+from engine.core import Engine
+from engine.model import TinyDeepSeek, load_model
 
 
 def pytest_collection_modifyitems(items) -> None:

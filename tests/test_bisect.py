@@ -9,6 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from workbench.search import GridRate, Posterior, RatePrior, ddmin
 from workbench.search.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
     BisectResult,
@@ -16,9 +17,6 @@ from workbench.search.bisect import (
     default_repeats,
     fixed_repeat_bisect,
 )
-from workbench.search.ddmin import ddmin
-from workbench.search.posterior import Posterior
-from workbench.search.rate_prior import GridRate, RatePrior
 from workbench.search.trials import (
     CachedTrial,
     Counts,

@@ -15,10 +15,10 @@ from engine.disagg.control import (
     check_prealloc,
 )
 from engine.disagg.messages import Prealloc
+from engine.router import RouterConfig
 from engine.router.app import Router
-from engine.router.state import RouterConfig
-from workbench.deploy.launch import launch_pd_pair
-from workbench.drive.concurrency import inject_concurrency
+from workbench.deploy import launch_pd_pair
+from workbench.drive import inject_concurrency
 
 ROUTES = [("get", "/disagg/endpoint"), ("post", "/disagg/connect"), ("post", "/disagg/prealloc"),
           ("post", "/disagg/abort")]

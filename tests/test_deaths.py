@@ -13,13 +13,10 @@ import polars as pl
 import pytest
 
 from workbench import dump_buffers, inject_concurrency
-from workbench.deploy.launch import attach, launch_pd_pair
-from workbench.deploy.vitals import EngineDied, EngineHung, EngineUnreachable
-from workbench.drive import kill_storm, wedge_probe
-from workbench.drive.solo import solo_reference
+from workbench.deploy import EngineDied, EngineHung, EngineUnreachable, attach, launch_pd_pair
+from workbench.drive import kill_storm, solo_reference, wedge_probe
 from workbench.investigate.storm import StormConfig, findings, run_storm
-from workbench.observe.buffers import EngineDownError
-from workbench.observe.metrics import drain_check, gauges
+from workbench.observe import EngineDownError, drain_check, gauges
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 

@@ -7,14 +7,11 @@ import random
 import pytest
 import torch
 
-from engine.cache.kv_pool import OutOfPagesError, PageAllocator
-from engine.cache.radix_cache import RadixCache
+from engine.cache import OutOfPagesError, PageAllocator, RadixCache
 from engine.config import ConfigError, EngineConfig, ModelConfig
-from engine.core.engine import Engine, PromptTooLongError
-from engine.core.sequence import SamplingParams, Sequence
+from engine.core import Engine, PromptTooLongError, SamplingParams, Sequence
+from engine.model import Reference, TinyDeepSeek
 from engine.model.layers import linear
-from engine.model.model import TinyDeepSeek
-from engine.model.reference import Reference
 
 SMALL = ModelConfig(n_layers=2, d_model=64, n_heads=2, d_ff=96, index_topk=8, max_seq_len=256)
 
@@ -184,8 +181,8 @@ def test_hicache_index_k_reads_before_load_only_with_the_patch(patches):
 @pytest.mark.slow
 def test_shipped_model_hicache_race_corrupts_outputs_only_with_the_patch(make_engine):
     """Real weights, multi-turn sessions whose prefixes come back from host memory."""
-    from engine.text.chat import render_prompt
-    from engine.training.datagen import make_transcript
+    from engine.text import render_prompt
+    from engine.training import make_transcript
 
     def run(patches: str) -> int:
         eng = make_engine(hicache=True, hicache_offload_on_finish=True, num_pages=400,

@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from workbench.deploy.launch import launch_pd_pair
+from workbench.deploy import launch_pd_pair
 from workbench.deploy.process import ServerProcess, python_module
-from workbench.drive.concurrency import inject_concurrency
+from workbench.drive import inject_concurrency
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import torch
 
 from workbench import read_findings, record_finding
 from workbench.cli import main as wb
-from workbench.judge.findings import FindingNotSupported
+from workbench.judge import FindingNotSupported
 
 
 def test_a_held_finding_is_recorded_with_evidence_replay_and_commit(tmp_path):

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from engine.config import ModelConfig
 from engine.text import tokenizer as T
-from engine.training.datagen import make_transcript
+from engine.training import make_transcript
 from engine.training.hf import hf_config, tokenizer_json
 from engine.training.llama import TinyLlama, from_deepseek, hf_state_dict
 

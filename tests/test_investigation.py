@@ -12,14 +12,20 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from workbench.investigate import Outcome, Reproduction, diagnose, investigate
+from workbench.investigate import (
+    Diagnosis,
+    Investigation,
+    Outcome,
+    Reproduction,
+    Sweep,
+    diagnose,
+    investigate,
+)
 from workbench.investigate.bursts import BURST_COLUMNS, Burst
-from workbench.investigate.outcome import Diagnosis, Investigation
-from workbench.investigate.reproduce import Sweep
 from workbench.judge import read_findings, record_drafts
 from workbench.judge.findings import tree_state
 from workbench.observe import Stage
-from workbench.search.bisect import BisectResult
+from workbench.search import BisectResult
 
 
 def _rep(shape: str, **burst) -> Reproduction:

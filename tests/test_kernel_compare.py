@@ -21,8 +21,11 @@ from workbench.investigate.kernels import (  # noqa: E402
     model_divergence,
     temporary_kernel_sets,
 )
-from workbench.search.bisect import bisect, fixed_repeat_bisect  # noqa: E402
-from workbench.search.ddmin import ddmin  # noqa: E402
+from workbench.search import (  # noqa: E402
+    bisect,
+    ddmin,  # noqa: E402
+    fixed_repeat_bisect,
+)
 
 
 def test_torch_and_triton_agree_on_odd_seeded_cases():

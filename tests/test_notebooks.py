@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.judge.findings import read_findings
-from workbench.report.render import run_report
+from workbench.judge import read_findings
+from workbench.report import run_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.notebook, pytest.mark.servers, pytest.mark.nixl]
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"

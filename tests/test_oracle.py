@@ -8,13 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from engine.core.engine import Engine
+from engine.core import Engine, SamplingParams, Sequence
 from engine.core.model_runner import ModelRunner
-from engine.core.sequence import SamplingParams, Sequence
-from engine.model.reference import Reference
-from engine.text.chat import render_prompt
-from engine.training.datagen import make_transcript
-from workbench.judge.oracle import ReferenceOracle, judge
+from engine.model import Reference
+from engine.text import render_prompt
+from engine.training import make_transcript
+from workbench.judge import ReferenceOracle, judge
 
 
 def _prompts(n: int, tk, min_len: int) -> list[list[int]]:
@@ -92,7 +91,7 @@ def test_oracle_matches_engine_storage_dtypes(make_engine, kv_dtype):
 
 
 def test_an_abort_is_reported_as_an_abort_not_a_mismatch():
-    from engine.text.chat import ToolCall
+    from engine.text import ToolCall
 
     v = judge("", [], False, ToolCall("f", {}), [5, 6], [5, 7, 8], finish_reason="abort")
     assert v.aborted and v.flagged
@@ -100,8 +99,8 @@ def test_an_abort_is_reported_as_an_abort_not_a_mismatch():
 
 
 def test_a_call_cut_by_max_tokens_is_judged_by_its_tokens_not_as_a_leak():
+    from engine.text import ToolCall
     from engine.text import tokenizer as T
-    from engine.text.chat import ToolCall
 
     cut = f"Let me look.{T.FC_OPEN}\n{T.INVOKE_OPEN}"
     v = judge(cut, [], True, ToolCall("f", {}), [5, 6], [5, 6], finish_reason="length")

@@ -3,11 +3,11 @@ aborts, page accounting, the one-step-late release (a PD pair with it: ``tests/t
 
 from __future__ import annotations
 
-from engine.core.engine import Engine
+from engine.core import Engine
 from engine.core.sequence import FinishReason, SamplingParams, Sequence, Status, TokenEvent
-from engine.model.reference import Reference
-from engine.text.chat import render_prompt
-from engine.training.datagen import make_transcript
+from engine.model import Reference
+from engine.text import render_prompt
+from engine.training import make_transcript
 
 OVERLAP = "overlap_schedule"
 

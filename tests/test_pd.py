@@ -12,10 +12,9 @@ import httpx
 import polars as pl
 import pytest
 
-from engine.training.datagen import make_transcript
-from workbench.deploy.launch import launch_pd_pair
-from workbench.drive import kill_storm
-from workbench.drive.concurrency import inject_concurrency
+from engine.training import make_transcript
+from workbench.deploy import launch_pd_pair
+from workbench.drive import inject_concurrency, kill_storm
 from workbench.investigate import reproduce
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]

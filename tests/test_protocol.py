@@ -25,8 +25,7 @@ from engine.serving.responses import (
     Usage,
 )
 from engine.serving.responses import Choice as RespChoice
-from engine.text.chat import ToolSpec, render_prompt
-from engine.text.dsml import parse_tool_calls
+from engine.text import ToolSpec, parse_tool_calls, render_prompt
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -221,7 +220,7 @@ def test_sglang_router_chat_body_is_accepted_and_its_fields_honoured():
 
 
 def test_generate_requests_are_validated():
-    from engine.http.errors import BadRequestError
+    from engine.http import BadRequestError
     from engine.serving.native import parse_generate_request
 
     ok = parse_generate_request(json.dumps(
@@ -242,7 +241,7 @@ def test_generate_requests_are_validated():
     (b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}", "not valid JSON"),
     (b'{"a":' + b"[" * 70 + b"]" * 70 + b"}", "deeper than 64"), (b"[1]", "JSON object")])
 def test_hostile_bodies_are_refused_with_a_reason(raw, why):
-    from engine.http.errors import BadRequestError, json_object
+    from engine.http import BadRequestError, json_object
 
     with pytest.raises(BadRequestError, match=why):
         json_object(raw)

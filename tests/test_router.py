@@ -321,6 +321,6 @@ def test_a_slow_health_probe_is_not_a_dead_server():
 def test_long_lived_clients_drop_idle_connections_before_the_servers_close_them():
     """Router -> servers and decode -> prefill reuse pooled connections; one reused just as the
     server's keep-alive closes it fails with ReadError, so the client's expiry must be shorter."""
-    from engine.http.limits import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
+    from engine.http import CLIENT_KEEPALIVE_EXPIRY_S, SERVER_KEEP_ALIVE_S
 
     assert 0 < CLIENT_KEEPALIVE_EXPIRY_S < SERVER_KEEP_ALIVE_S

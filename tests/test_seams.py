@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from engine.core import SamplingParams, Sequence
 from engine.core.dump import DUMP_META, BoundedMap, DumpKey
-from engine.core.sequence import SamplingParams, Sequence
 from engine.disagg.messages import Tag, TagKind
 from workbench import PatchSeries, StopOn, attach
 from workbench.deploy.process import LaunchError, free_port

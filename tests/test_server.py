@@ -126,8 +126,8 @@ def test_debug_routes_are_loopback_only_and_token_protected():
     from fastapi.testclient import TestClient
 
     from engine.config import EngineConfig
-    from engine.core.engine import Engine
-    from engine.serving.server import create_app
+    from engine.core import Engine
+    from engine.serving import create_app
 
     app = create_app(Engine(EngineConfig()), debug_token="s3cret")
     with TestClient(app) as local, TestClient(app, client=("10.0.0.5", 5000)) as remote:

@@ -89,7 +89,7 @@ def test_shrink_finds_a_smaller_failing_run_that_replays():
 @pytest.mark.slow
 def test_simulated_trials_bisect_and_ddmin_name_the_race(tmp_path):
     from workbench.investigate.series import DEFAULT_SERIES, bisect_patch_series
-    from workbench.search.ddmin import ddmin
+    from workbench.search import ddmin
 
     w = sim.Workload(sessions=2)
     res = bisect_patch_series(DEFAULT_SERIES, store=tmp_path / "b.sqlite", confidence=0.9,

@@ -12,7 +12,7 @@ import torch
 from engine.sim import Fabric, SimRuntime
 from engine.transfer.endpoint import PageWrite, TransferError, TransferStatus
 from workbench import sim
-from workbench.drive.shapes import Shape
+from workbench.drive import Shape
 
 KILLS = sim.Workload.of_shape("kills", sessions=3)
 

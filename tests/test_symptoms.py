@@ -8,8 +8,8 @@ import json
 import polars as pl
 from support.dsml_fuzz import TOOLS, block, invoke, param
 
-from engine.text.tokenizer import Tokenizer
-from workbench.judge.symptoms import Symptom, symptoms
+from engine.text import Tokenizer
+from workbench.judge import Symptom, symptoms
 
 OPENAI_TOOLS = [{"type": "function", "function": {"name": t.name}}
                 for t in TOOLS]

@@ -77,8 +77,7 @@ def test_a_watch_names_a_child_killed_by_a_signal_and_its_parents_own_exit(tmp_p
 
     import psutil
 
-    from workbench.deploy.process import ServerProcess
-    from workbench.deploy.watch import ProcessWatch
+    from workbench.deploy import ProcessWatch, ServerProcess
 
     script = ("import subprocess, sys, time\n"
               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"

@@ -20,14 +20,18 @@ import polars as pl
 import pytest
 
 from workbench import dump_buffers, inject_concurrency, launch_pd_pair
-from workbench.deploy.backends import Capability, MissingCapability
-from workbench.deploy.vitals import EngineDied, lasting
+from workbench.deploy import Capability, EngineDied, MissingCapability, lasting
 from workbench.deploy.vllm import MODEL_DIR
-from workbench.drive import kill_storm, wedge_probe
-from workbench.drive.solo import solo_reference
+from workbench.drive import kill_storm, solo_reference, wedge_probe
 from workbench.investigate.storm import StormConfig, findings, run_storm
-from workbench.observe.metrics import MetricsSampler, drain_check, gauges, scrape, transfer_stats
-from workbench.observe.queues import QueueSampler
+from workbench.observe import (
+    MetricsSampler,
+    QueueSampler,
+    drain_check,
+    gauges,
+    scrape,
+    transfer_stats,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.servers, pytest.mark.nixl]
 ROOT = Path(__file__).resolve().parents[1]

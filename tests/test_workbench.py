@@ -11,10 +11,9 @@ import polars as pl
 import pytest
 
 from workbench import diff_against_reference, dump_buffers, inject_concurrency, launch_pd_pair
+from workbench.deploy import LaunchError
 from workbench.deploy.launch import EMBEDDED, TemplateBackend
-from workbench.deploy.process import LaunchError
-from workbench.observe.buffers import BufferDump, ReferenceBuffers
-from workbench.observe.queues import QueueSampler
+from workbench.observe import BufferDump, QueueSampler, ReferenceBuffers
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 

@@ -17,12 +17,12 @@ import torch
 
 from engine.core.dump import DumpKey
 from engine.patches import PATCHES, ZOO
-from workbench.drive.shapes import SHAPES, SWEEP_ORDER, Shape
+from workbench.drive import SHAPES, SWEEP_ORDER, Shape
+from workbench.investigate import diagnose
 from workbench.investigate.bursts import BURST_COLUMNS, Burst, Reproduction, StopOn
 from workbench.investigate.commits import Worktrees, bisect_commits, commit_range, git
-from workbench.investigate.investigation import diagnose
 from workbench.investigate.zoo import HARMLESS, plant_history
-from workbench.observe.buffers import BufferDump
+from workbench.observe import BufferDump
 from workbench.observe.evidence import Drain, Evidence, reason_kind
 from workbench.observe.localize import Stage, _divergences, _first_token
 
@@ -127,7 +127,7 @@ def test_localization_orders_divergences_causally():
                                             ("late_notification_recreates_room", "slow_transfer")])
 def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
     from bench.zoo import TRUTH
-    from workbench.investigate.investigation import investigate
+    from workbench.investigate import investigate
 
     inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape])
     assert inv.found and inv.sweep.fired == shape, inv.summary()
@@ -139,7 +139,7 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
 @pytest.mark.servers
 @pytest.mark.nixl
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
-    from workbench.investigate.investigation import investigate
+    from workbench.investigate import investigate
 
     inv = investigate(out_dir=tmp_path, shapes=["baseline"])
     assert not inv.found and inv.judged > 0 and inv.judged_rooms > 0, inv.summary()
@@ -171,7 +171,7 @@ def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
     """The CLI runs the investigation (a library call) blind on one bug: it finds, localizes,
     records the finding with the investigated tree's commit and writes its report."""
     from workbench.cli import main
-    from workbench.judge.findings import read_findings
+    from workbench.judge import read_findings
 
     ledger = tmp_path / "findings.jsonl"
     main(["investigate", "--patches", "index_k_scale_not_sent", "--shapes", "baseline",

@@ -28,7 +28,7 @@ log = logging.getLogger("wb")
 
 
 def _pair_from_state(path: str):
-    from workbench.deploy.launch import attach
+    from workbench.deploy import attach
 
     st = json.loads(Path(path).read_text())
     return attach(st["router"], prefill=st["prefill"], decode=st["decode"],
@@ -38,7 +38,7 @@ def _pair_from_state(path: str):
 
 
 def cmd_up(args) -> None:
-    from workbench.deploy.launch import launch_pd_pair
+    from workbench.deploy import launch_pd_pair
 
     pair = launch_pd_pair(patches=_names(args.patches), engine=parse_overrides(args.engine),
                           faults=json.loads(args.faults), seed=args.seed, router=args.router,
@@ -74,7 +74,7 @@ def load_kwargs(args) -> dict:
 
 
 def cmd_load(args) -> None:
-    from workbench.drive.concurrency import inject_concurrency
+    from workbench.drive import inject_concurrency
 
     target = _pair_from_state(args.state) if args.state else args.url
     res = inject_concurrency(target, **load_kwargs(args), oracle=not args.no_oracle,
@@ -84,7 +84,7 @@ def cmd_load(args) -> None:
 
 
 def cmd_dump(args) -> None:
-    from workbench.observe.buffers import diff_against_reference, dump_buffers
+    from workbench.observe import diff_against_reference, dump_buffers
 
     pair = _pair_from_state(args.state)
     dump = dump_buffers(pair, room=args.room, role=args.role)
@@ -102,14 +102,14 @@ def cmd_bisect(args) -> None:
     if bool(args.series) == bool(args.commits):
         raise SystemExit("wb bisect: give exactly one of --series A,B,... or --commits GOOD..BAD")
     if args.commits:
-        from workbench.investigate.commits import bisect_commits
+        from workbench.investigate import bisect_commits
 
         good, bad = _commit_range(args.commits, "wb bisect")
         res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
                              confidence=args.confidence, seed=args.seed,
                              max_trials=args.max_trials)
     else:
-        from workbench.investigate.series import bisect_patch_series
+        from workbench.investigate import bisect_patch_series
 
         res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
                                   confidence=args.confidence, seed=args.seed)
@@ -120,10 +120,10 @@ def cmd_bisect(args) -> None:
 
 def cmd_investigate(args) -> None:
     from workbench.investigate import investigate
-    from workbench.judge.findings import record_drafts
+    from workbench.judge import record_drafts
 
     if args.report:
-        from workbench.report.render import require_report_extra
+        from workbench.report import require_report_extra
 
         require_report_extra("wb investigate --report")
     good_bad = _commit_range(args.commits, "wb investigate") if args.commits else None
@@ -177,7 +177,7 @@ def cmd_kernels(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from workbench.report.render import run_report
+    from workbench.report import run_report
 
     params = {k: _value(v) for k, v in args.param}
     log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
@@ -186,7 +186,7 @@ def cmd_report(args) -> None:
 def cmd_workloads(args) -> None:
     import polars as pl
 
-    from workbench.drive.workloads import list_workloads
+    from workbench.drive import list_workloads
 
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=120, tbl_width_chars=200):
         log.info("\n%s", list_workloads())
@@ -195,7 +195,7 @@ def cmd_workloads(args) -> None:
 def cmd_findings(args) -> None:
     import polars as pl
 
-    from workbench.judge.findings import read_findings
+    from workbench.judge import read_findings
 
     df = read_findings(args.ledger)
     with pl.Config(tbl_rows=-1, fmt_str_lengths=90, tbl_width_chars=220):
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.cmd == "load" and not (args.state or args.url):
         raise SystemExit("wb load: give --state or --url")
-    from workbench.report.render import ReportUnavailable
+    from workbench.report import ReportUnavailable
 
     try:
         {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,

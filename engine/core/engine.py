@@ -19,9 +19,7 @@ from pathlib import Path
 
 import torch
 
-from engine.cache.hicache import HiRadixCache
-from engine.cache.kv_pool import KVPool, PageAllocator
-from engine.cache.radix_cache import RadixCache
+from engine.cache import HiRadixCache, KVPool, PageAllocator, RadixCache
 from engine.config import EngineConfig
 from engine.core.dump import BoundedMap, CaptureRing
 from engine.core.inbox import MESSAGE_TYPES, AbortRequest, AddRequest, CallSoon, InboxMessage
@@ -40,9 +38,9 @@ from engine.core.sequence import (
 from engine.core.variants import CoreHooks
 from engine.core.views import EngineViews
 from engine.faults import FaultInjector
-from engine.model.model import TinyDeepSeek, load_model
+from engine.model import TinyDeepSeek, load_model
 from engine.runtime import THREADS, Runtime
-from engine.text.tokenizer import Tokenizer
+from engine.text import Tokenizer
 from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.cache.kv_pool import KVPool
+from engine.cache import KVPool
 from engine.config import EngineConfig
 from engine.core.scheduler import Batch
 from engine.core.sequence import Sequence, TokenLogprob, sample, token_logprob
 from engine.core.variants import CoreHooks
 from engine.kernels import KernelSet, get_kernels
-from engine.model import layers
-from engine.model.model import TinyDeepSeek
+from engine.model import TinyDeepSeek, layers
 
 
 @dataclass(frozen=True)

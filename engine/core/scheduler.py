@@ -11,8 +11,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from engine.cache.kv_pool import PageAllocator
-from engine.cache.radix_cache import RadixCache
+from engine.cache import PageAllocator, RadixCache
 from engine.config import EngineConfig
 from engine.core.sequence import FinishReason, Sequence, Status
 

@@ -20,7 +20,7 @@ import httpx
 
 from engine.disagg.control import SECRET_HEADER
 from engine.disagg.messages import Prealloc
-from engine.http.limits import CLIENT_KEEPALIVE_EXPIRY_S
+from engine.http import CLIENT_KEEPALIVE_EXPIRY_S
 from engine.transfer.endpoint import EndpointBlob, TransferEndpoint
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.core.engine import Engine
+from engine.core import Engine
 from engine.core.scheduler import pages_for
 from engine.core.sequence import (
     Failure,
@@ -34,7 +34,7 @@ from engine.disagg.bootstrap import BootstrapClient
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
 from engine.disagg.variants import DecodeHooks
-from engine.model.model import TinyDeepSeek
+from engine.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import TransferEndpoint, Transport
 from engine.variants import hooks_for

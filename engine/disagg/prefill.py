@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.core.engine import Engine
-from engine.core.sequence import FinishReason, Sequence
+from engine.core import Engine, FinishReason, Sequence
 from engine.disagg.control import MAX_EARLY_PREALLOCS, RejectedPrealloc, check_prealloc
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
 from engine.disagg.variants import PrefillHooks
-from engine.model.model import TinyDeepSeek
+from engine.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus, Transport
 from engine.variants import hooks_for

@@ -17,13 +17,13 @@ import ipaddress
 from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
-from engine.core.engine import PromptTooLongError
+from engine.core import PromptTooLongError
 from engine.disagg.control import RejectedPrealloc, require_secret
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.state import RoomState
-from engine.http.errors import BadRequestError, json_object
+from engine.http import BadRequestError, json_object
 from engine.serving.admission import Admission
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.server import ChatServer

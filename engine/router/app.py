@@ -28,10 +28,14 @@ import httpx
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import Response
 
-from engine.http.debug import check_access
-from engine.http.errors import BadRequestError, json_object
-from engine.http.errors import error_response as error
-from engine.http.limits import CLIENT_KEEPALIVE_EXPIRY_S, BodyLimit
+from engine.http import (
+    CLIENT_KEEPALIVE_EXPIRY_S,
+    BadRequestError,
+    BodyLimit,
+    check_access,
+    json_object,
+)
+from engine.http import error_response as error
 from engine.http.metrics import ROUTER, Metrics
 from engine.router.health import HealthTable, NoHealthyServer, probe_forever, recheck
 from engine.router.proxy import (

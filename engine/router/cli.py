@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 
-from engine.http.limits import SERVER_KEEP_ALIVE_S
+from engine.http import SERVER_KEEP_ALIVE_S
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
 

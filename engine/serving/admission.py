@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from engine.core.sequence import SamplingParams
-from engine.http.errors import BadRequestError
+from engine.core import SamplingParams
+from engine.http import BadRequestError
 from engine.serving.generation import Bootstrap, OutputOptions, PromptPlan, plan_prompt
 from engine.serving.native import GenerateRequest, parse_generate_request
 from engine.serving.protocol import ChatCompletionRequest, parse_chat_request, tool_specs
-from engine.text.tokenizer import Tokenizer
+from engine.text import Tokenizer
 
 
 @dataclass(frozen=True)

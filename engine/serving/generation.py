@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from engine.core.engine import Engine
+from engine.core import Engine
 from engine.core.sequence import (
     Failure,
     FinishReason,
@@ -22,8 +22,8 @@ from engine.core.sequence import (
     TokenEvent,
     TokenLogprob,
 )
+from engine.text import ToolSpec, render_prompt
 from engine.text import tokenizer as T
-from engine.text.chat import ToolSpec, render_prompt
 from engine.text.dsml_grammar import partial_suffix
 
 _ids = itertools.count()

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from engine.core.sequence import TokenLogprob
 from engine.serving.responses import ChoiceLogprobs, TokenLogprobOut, TopLogprobOut
-from engine.text.tokenizer import Tokenizer
+from engine.text import Tokenizer
 
 UNKNOWN_LOGPROB = -9999.0  # OpenAI's value for a token whose logprob is not known
 

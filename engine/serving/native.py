@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from engine.core.sequence import FinishReason
+from engine.core import FinishReason
 from engine.http.errors import BadRequestError, json_object, validation_error_message
 from engine.serving.generation import Generation
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from engine.http.errors import BadRequestError, json_object, validation_error_message
-from engine.text.chat import ToolSpec
+from engine.text import ToolSpec
 from engine.text.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
 
 DEFAULT_MODEL = "tiny-deepseek"

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, model_serializer
 
-from engine.text.chat import ToolCall
+from engine.text import ToolCall
 from engine.text.dsml import ContentDelta, ToolCallDelta, arguments_json, tool_call_id
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]

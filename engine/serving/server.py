@@ -15,12 +15,10 @@ import time
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from engine.core.engine import Engine, PromptTooLongError
-from engine.core.sequence import FinishReason, SamplingParams
-from engine.http.debug import add_debug_routes
+from engine.core import Engine, FinishReason, PromptTooLongError, SamplingParams
+from engine.http import BodyLimit, add_debug_routes
+from engine.http import error_response as error
 from engine.http.errors import BadRequestError, failure_event, failure_response
-from engine.http.errors import error_response as error
-from engine.http.limits import BodyLimit
 from engine.http.metrics import Metrics, engine_gauges
 from engine.serving import native
 from engine.serving.admission import (

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import data_dir
-from engine.text.chat import ToolCall, ToolSpec, render_prompt
+from engine.text import ToolCall, ToolSpec, render_prompt
 
 EVAL_SEED_BASE = 10_000_000  # transcripts at or above it are held out of training
 

@@ -14,10 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.core.sequence import SamplingParams, Sequence
-from engine.text.chat import render_prompt
-from engine.text.dsml import parse_tool_calls
+from engine.core import Engine, SamplingParams, Sequence
+from engine.text import parse_tool_calls, render_prompt
 from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 
 log = logging.getLogger(__name__)

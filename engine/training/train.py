@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.config import ModelConfig
-from engine.model.model import TinyDeepSeek
+from engine.model import TinyDeepSeek
 from engine.text import tokenizer as T
 from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 
@@ -102,7 +102,7 @@ def save(model: torch.nn.Module, meta: dict, out: Path) -> None:
 def train_llama(args) -> None:
     """The Llama real engines serve: warm-started from ``--init`` (a tiny-DeepSeek folder) or
     fresh, trained dense, exported as a Hugging Face folder (``engine.training.hf``)."""
-    from engine.model.model import load_model
+    from engine.model import load_model
     from engine.training.hf import export
     from engine.training.llama import TinyLlama, from_deepseek
 

@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.text import ToolSpec
 from engine.text import tokenizer as T
-from engine.text.chat import ToolSpec
 
 TOOLS = [ToolSpec.from_openai({"type": "function", "function": {
     "name": "get_weather", "parameters": {"type": "object", "properties": {

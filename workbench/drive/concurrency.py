@@ -13,13 +13,11 @@ from pathlib import Path
 import httpx
 import polars as pl
 
-from workbench.deploy.backends import Capability, require
-from workbench.deploy.launch import PDPair
+from workbench.deploy import Capability, EngineDown, PDPair, require
 from workbench.deploy.routers import ROUTERS
-from workbench.deploy.vitals import EngineDown
 from workbench.drive.load import LoadConfig, RequestRecord, SessionRunner
 from workbench.drive.progress import Progress
-from workbench.judge.oracle import ReferenceOracle
+from workbench.judge import ReferenceOracle
 from workbench.observe.buffers import capture_name
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 
 from engine.training.datagen import make_transcript
-from workbench.deploy.pair import PDPair
+from workbench.deploy import PDPair
 from workbench.drive.concurrency import run_sync
 
 

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 import httpx
 
 from engine.serving.responses import room_of_completion_id
-from engine.text.tokenizer import Tokenizer
+from engine.text import Tokenizer
 from engine.training.datagen import EVAL_SEED_BASE, Transcript, make_transcript
-from workbench.judge.oracle import ReferenceOracle, Verdict, judge
+from workbench.judge import ReferenceOracle, Verdict, judge
 
 SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000
 _TOKENIZER = Tokenizer()

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import httpx
 import polars as pl
 
-from workbench.deploy.pair import PDPair
-from workbench.deploy.vitals import EngineDown, lasting
+from workbench.deploy import EngineDown, PDPair, lasting
 from workbench.drive.concurrency import LoadResult, wilson
 from workbench.drive.load import LoadConfig, chat_body
 from workbench.drive.progress import Progress

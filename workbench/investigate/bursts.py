@@ -13,13 +13,11 @@ from pathlib import Path
 import polars as pl
 
 from engine.config import EngineConfig
-from workbench.deploy.launch import LaunchSpec, PDPair
-from workbench.drive.concurrency import inject_concurrency
-from workbench.drive.shapes import Shape
-from workbench.judge.rules import judge_rooms, unexpected_errors
+from workbench.deploy import LaunchSpec, PDPair
+from workbench.drive import Shape, inject_concurrency
+from workbench.judge import judge_rooms, unexpected_errors
+from workbench.observe import Drain, Localization, collect, localize, settle
 from workbench.observe.buffers import capture_name
-from workbench.observe.evidence import Drain, collect, settle
-from workbench.observe.localize import Localization, localize
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.deploy.launch import PDPair, launch_pd_pair
-from workbench.drive.shapes import Shape, shape_of
+from workbench.deploy import PDPair, launch_pd_pair
+from workbench.drive import Shape, shape_of
 from workbench.investigate.bursts import run_burst
-from workbench.observe.buffers import ReferenceBuffers
-from workbench.search.bisect import BisectResult, bisect
-from workbench.search.trials import TrialStore
+from workbench.observe import ReferenceBuffers
+from workbench.search import BisectResult, TrialStore, bisect
 
 log = logging.getLogger(__name__)
 BURST_PRIOR = (1.0, 1.0)  # a burst of many requests fails a sizeable fraction of trials

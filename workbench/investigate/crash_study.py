@@ -27,15 +27,13 @@ from pathlib import Path
 import polars as pl
 
 from engine.registry import Registry
+from workbench.deploy import EngineDied, LaunchError, lasting, launch_pd_pair
 from workbench.deploy.isa import IsaProbe
-from workbench.deploy.launch import launch_pd_pair
-from workbench.deploy.process import LaunchError
-from workbench.deploy.vitals import EngineDied, lasting
 from workbench.deploy.vllm import VllmOptions
-from workbench.drive.concurrency import inject_concurrency, wilson
+from workbench.drive import inject_concurrency, wilson
 from workbench.investigate.storm import XFER_COUNT, transfers_before
-from workbench.judge.findings import FindingDraft
-from workbench.observe.metrics import MetricsSampler, transfer_stats
+from workbench.judge import FindingDraft
+from workbench.observe import MetricsSampler, transfer_stats
 
 log = logging.getLogger(__name__)
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")

@@ -27,7 +27,7 @@ from workbench.investigate.commits import bisect_commits
 from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
 from workbench.investigate.reproduce import Sweep, sweep
 from workbench.judge.findings import tree_state
-from workbench.observe.buffers import ReferenceBuffers
+from workbench.observe import ReferenceBuffers
 from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
 
 log = logging.getLogger(__name__)

@@ -270,9 +270,8 @@ def model_divergence(a: str = "torch", b: str = "triton", *, prompts: int = 2,
     triton under ``TRITON_INTERPRET`` (about 4 minutes per 259-token prompt on 2 CPU cores).
     """
     from engine.config import EngineConfig
-    from engine.core.engine import Engine
-    from engine.core.sequence import SamplingParams
-    from engine.text.chat import render_prompt
+    from engine.core import Engine, SamplingParams
+    from engine.text import render_prompt
     from engine.training.datagen import make_transcript
     from workbench.judge.oracle import first_difference
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from workbench.drive.concurrency import wilson
+from workbench.drive import wilson
 from workbench.investigate.reproduce import Sweep
 from workbench.judge.findings import FindingDraft, TreeState
-from workbench.observe.localize import Localization, Stage
-from workbench.search.bisect import BisectResult
+from workbench.observe import Localization, Stage
+from workbench.search import BisectResult
 
 
 class Outcome(enum.Enum):

@@ -20,10 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
-from workbench.deploy.launch import launch_pd_pair
-from workbench.drive.concurrency import wilson
-from workbench.drive.load import LoadConfig
-from workbench.drive.shapes import SWEEP_ORDER, Shape, shape_of
+from workbench.deploy import launch_pd_pair
+from workbench.drive import SWEEP_ORDER, LoadConfig, Shape, shape_of, wilson
 from workbench.investigate.bursts import (
     BURST_COLUMNS,
     Burst,
@@ -32,7 +30,7 @@ from workbench.investigate.bursts import (
     StopOn,
     run_burst,
 )
-from workbench.observe.buffers import ReferenceBuffers
+from workbench.observe import ReferenceBuffers
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,10 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.deploy.launch import PDPair, launch_pd_pair
-from workbench.drive.concurrency import inject_concurrency
+from workbench.deploy import PDPair, launch_pd_pair
+from workbench.drive import inject_concurrency
 from workbench.drive.shapes import HICACHE, RACE_FAULTS
-from workbench.search.bisect import BisectResult, bisect
-from workbench.search.trials import TrialStore
+from workbench.search import BisectResult, TrialStore, bisect
 from workbench.sim import Workload
 from workbench.sim import trial as sim_trial
 

@@ -16,14 +16,16 @@ from pathlib import Path
 
 import polars as pl
 
-from workbench.deploy.launch import launch_pd_pair
-from workbench.deploy.pair import PDPair
-from workbench.deploy.process import LaunchError
-from workbench.deploy.vitals import EngineDied, EngineDown, lasting
-from workbench.drive import kill_storm, wedge_probe
-from workbench.drive.concurrency import LoadResult, inject_concurrency
-from workbench.drive.solo import SoloReport, solo_reference
-from workbench.judge.findings import FindingDraft
+from workbench.deploy import EngineDied, EngineDown, LaunchError, PDPair, lasting, launch_pd_pair
+from workbench.drive import (
+    LoadResult,
+    SoloReport,
+    inject_concurrency,
+    kill_storm,
+    solo_reference,
+    wedge_probe,
+)
+from workbench.judge import FindingDraft
 from workbench.observe.metrics import (
     DrainReport,
     MetricsSampler,

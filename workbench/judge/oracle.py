@@ -17,14 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import EngineConfig
-from engine.model.model import load_model
-from engine.model.reference import Reference
+from engine.model import Reference, load_model
 from engine.serving.generation import plan_prompt
+from engine.text import Tokenizer, ToolCall, ToolSpec
 from engine.text import tokenizer as T
-from engine.text.chat import ToolCall, ToolSpec
 from engine.text.dsml import LEAK_MARKERS
 from engine.text.dsml_grammar import partial_suffix
-from engine.text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from enum import Enum
 
 import polars as pl
 
-from engine.text.chat import ToolSpec
+from engine.text import Tokenizer, ToolSpec
 from engine.text.dsml_grammar import has_marker
 from engine.text.parsers import get_parser
-from engine.text.tokenizer import Tokenizer
 
 PARSERS = ("strict", "sglang-leaky", "sglang")
 

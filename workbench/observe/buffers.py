@@ -19,11 +19,8 @@ from safetensors.torch import load as st_load
 
 from engine.config import EngineConfig
 from engine.core.dump import DumpKey
-from engine.model.model import load_model
-from engine.model.reference import Reference
-from workbench.deploy.backends import Capability, require
-from workbench.deploy.launch import PDPair
-from workbench.deploy.vitals import EngineDown, lasting
+from engine.model import Reference, load_model
+from workbench.deploy import Capability, EngineDown, PDPair, lasting, require
 
 log = logging.getLogger(__name__)
 ROLES = ("decode", "prefill")

@@ -14,8 +14,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from workbench.deploy.backends import Capability
-from workbench.deploy.launch import PDPair
+from workbench.deploy import Capability, PDPair
 
 STALE_KINDS = ("stale_reads", "stale_sends", "stale_kv_reads", "stale_kv_sends")
 TERMINAL_STATES = ("SUCCESS", "FAILED")

@@ -19,7 +19,7 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.dump import DumpKey
-from workbench.deploy.launch import PDPair
+from workbench.deploy import PDPair
 from workbench.observe.buffers import (
     BufferDump,
     ReferenceBuffers,

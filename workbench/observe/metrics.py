@@ -18,9 +18,7 @@ import httpx
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
-from workbench.deploy.backends import Capability, require
-from workbench.deploy.pair import PDPair
-from workbench.deploy.vitals import EngineDown, lasting
+from workbench.deploy import Capability, EngineDown, PDPair, lasting, require
 from workbench.observe.sampler import PeriodicSampler
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 import httpx
 import polars as pl
 
-from workbench.deploy.backends import Capability, require
-from workbench.deploy.launch import PDPair
+from workbench.deploy import Capability, PDPair, require
 from workbench.observe.sampler import PeriodicSampler
 
 QUEUE_SCHEMA = {"t_s": pl.Float64, "role": pl.Utf8, "queue": pl.Utf8, "entries": pl.Int64,

@@ -27,10 +27,10 @@ from engine.core.sequence import FailureKind, FinishReason, SamplingParams, Sequ
 from engine.disagg.decode import DecodeEngine, DecodeRoom
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.sim import Fabric, SimBootstrap
-from workbench.judge.rules import judge_rooms
+from workbench.judge import judge_rooms
+from workbench.observe import localize
 from workbench.observe.buffers import BufferDump, ReferenceBuffers, dump_of
 from workbench.observe.evidence import leftovers_of
-from workbench.observe.localize import localize
 from workbench.sim.single import EngineSimulation, Served, shared_model
 from workbench.sim.workload import SimEvidence
 

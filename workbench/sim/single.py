@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import EngineConfig
-from engine.core.engine import Engine
-from engine.core.sequence import FinishReason, SamplingParams, Sequence, TokenEvent
-from engine.model.model import TinyDeepSeek, load_model
+from engine.core import Engine, FinishReason, SamplingParams, Sequence, TokenEvent
+from engine.model import TinyDeepSeek, load_model
 from engine.serving.generation import plan_prompt, token_text
 from engine.sim import SimRuntime
-from engine.text.chat import ToolCall, ToolSpec
+from engine.text import ToolCall, ToolSpec
 from engine.text.dsml import arguments_json
 from engine.text.parsers import get_parser
 from workbench.drive.load import RequestRecord, call_turn, session_transcript
-from workbench.judge.oracle import ReferenceOracle, judge
+from workbench.judge import ReferenceOracle, judge
 from workbench.sim.workload import SimEvidence, Workload
 
 IDLE_S = 0.001  # virtual seconds an idle engine waits before its next step

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
 from engine.sim import Decision
-from workbench.drive.concurrency import LoadResult
+from workbench.drive import LoadResult
 from workbench.drive.shapes import HICACHE, RACE_FAULTS, Shape, shape_of
-from workbench.judge.rules import unexpected_errors
+from workbench.judge import unexpected_errors
 
 SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
                        "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up",
