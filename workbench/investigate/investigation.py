@@ -24,7 +24,7 @@ import polars as pl
 from workbench.deploy import LaunchError
 from workbench.investigate.bursts import Reproduction
 from workbench.investigate.commits import bisect_commits
-from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
+from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, column_total
 from workbench.investigate.reproduce import Sweep, sweep
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
@@ -35,13 +35,10 @@ EXPECTED_REASONS = ("client abort", "client disconnected", "decode abort")
 _TIMEOUTS = ("waiting timeout", "prefill unreachable")
 
 
-def _sum(rep: Reproduction, col: str) -> int:
-    return int(rep.bursts[col].sum()) if len(rep.bursts) else 0
-
-
 def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagnosis:
     """The stage an anomalous reproduction points at (see the module docstring for the order)."""
-    reads, kv_reads = _sum(rep, "stale_reads"), _sum(rep, "stale_kv_reads")
+    reads = column_total(rep.bursts, "stale_reads")
+    kv_reads = column_total(rep.bursts, "stale_kv_reads")
     if reads or kv_reads:
         kind = "index_k_read" if reads >= kv_reads else "kv_read"
         return Diagnosis(Stage.PREFILL, kind, f"{reads} index-K and {kv_reads} K/V reads of a "
@@ -62,9 +59,10 @@ def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagno
         key = max(left, key=left.get)
         stage = Stage.PREFILL if key.startswith("prefill:") else Stage.DECODE
         return Diagnosis(stage, key.split(":", 1)[1], f"after draining: {left}", "leftovers")
-    if _sum(rep, "late_writes"):
-        return Diagnosis(Stage.DECODE, "late_writes", f"{_sum(rep, 'late_writes')} writes "
-                         "landed in pages no live room owned", "late_writes")
+    late = column_total(rep.bursts, "late_writes")
+    if late:
+        return Diagnosis(Stage.DECODE, "late_writes", f"{late} writes landed in pages no live "
+                         "room owned", "late_writes")
     return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
 
 

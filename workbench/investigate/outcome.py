@@ -44,7 +44,8 @@ class Diagnosis:
         return f"{where} ({self.kind}): {self.detail}"
 
 
-def _sum(frame: pl.DataFrame, col: str) -> int:
+def column_total(frame: pl.DataFrame, col: str) -> int:
+    """The sum of ``col`` over a reproduction's bursts (0 for none)."""
     return int(frame[col].sum()) if len(frame) else 0
 
 
@@ -79,11 +80,11 @@ class Investigation:
 
     @property
     def judged(self) -> int:
-        return sum(_sum(r.bursts, "requests") for r in self.sweep.runs)
+        return sum(column_total(r.bursts, "requests") for r in self.sweep.runs)
 
     @property
     def judged_rooms(self) -> int:
-        return sum(_sum(r.bursts, "judged_rooms") for r in self.sweep.runs)
+        return sum(column_total(r.bursts, "judged_rooms") for r in self.sweep.runs)
 
     @property
     def flag_upper_95(self) -> float:
