@@ -7,6 +7,7 @@ import faulthandler
 import json
 import logging
 import os
+import secrets
 import signal
 
 from engine.config import ConfigError, EngineConfig
@@ -71,10 +72,11 @@ def serve(argv: list[str]) -> None:
 
 def build(args, cfg: EngineConfig):
     """The engine and FastAPI app of a role."""
-    name = f"{args.role}-{args.port}"
+    # unique per process: a restarted decode is a new peer with a new key, not a rebind
+    name = f"{args.role}-{args.port}-{secrets.token_hex(4)}"
     debug = {"debug_open": args.debug_open}
     if args.role in ("prefill", "decode"):
-        from engine.disagg.control import MissingSecret, secret_from_env
+        from engine.http.auth import MissingSecret, secret_from_env
 
         try:
             secret = secret_from_env()
@@ -94,7 +96,7 @@ def build(args, cfg: EngineConfig):
         engine = DecodeEngine(cfg, name, max_transfer_queue=args.max_transfer_queue,
                               waiting_timeout_s=args.waiting_timeout_s, secret=secret)
         allowed = None if args.prefill_allow is None else frozenset(args.prefill_allow)
-        return engine, DecodeServer(engine, args.debug_token, args.port,
+        return engine, DecodeServer(engine, args.debug_token, args.port, secret=secret,
                                     allowed_prefills=allowed, **debug).app
     from engine.core import Engine
     from engine.serving import create_app

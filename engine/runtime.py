@@ -50,5 +50,10 @@ class Runtime:
         """The clock of timeouts and deadlines (``time.monotonic`` in real mode)."""
         return time.monotonic()
 
+    def wall(self) -> float:
+        """The clock two processes compare (a prealloc's validity): ``time.time`` in real
+        mode."""
+        return time.time()
+
 
 THREADS = Runtime()

@@ -1,7 +1,8 @@
 """The PD control plane is closed (issue 14): a per-deployment secret on ``/disagg/*``, bodies
 validated, preallocs only from connected peers and never onto another live room's pages, debug
 routes closed without a token, bootstrap addresses limited to the deployment's prefills, rooms
-unpredictable unless seeded; and the pair keeps serving correct responses afterwards."""
+unpredictable even when seeded, preallocs signed by their decode, numbered and time-limited
+(issue 29); and the pair keeps serving correct responses afterwards."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import httpx
 import pytest
 
 from engine.disagg.control import (
+    CLOCK_SKEW_S,
     SECRET_ENV,
     SECRET_HEADER,
+    PeerBook,
     RejectedPrealloc,
     check_prealloc,
 )
-from engine.disagg.messages import Prealloc
+from engine.disagg.messages import PeerIdentity, Prealloc
 from engine.router import RouterConfig
 from engine.router.app import Router
 from workbench.deploy import launch_pd_pair
@@ -40,12 +43,44 @@ def test_a_prealloc_must_come_from_a_peer_and_own_its_pages():
         assert exc.value.status == status
 
 
-def test_router_rooms_are_unpredictable_unless_seeded():
+def test_router_rooms_are_unpredictable_even_when_seeded_and_its_secrets_are_not_logged():
     def rooms(seed):
         r = Router(RouterConfig(("http://127.0.0.1:1",), ("http://127.0.0.1:2",), seed))
-        return [r._room_rng.getrandbits(63) for _ in range(3)]
-    assert rooms(5) == rooms(5)
+        return [r.assign().room for _ in range(3)]
+    assert rooms(5) != rooms(5)
     assert rooms(None) != rooms(None)
+    cfg = RouterConfig(("http://127.0.0.1:1",), ("http://127.0.0.1:2",), 5,
+                       debug_token="tok-" + "t" * 20, secret="sec-" + "s" * 20)
+    assert "t" * 20 not in repr(cfg) and "s" * 20 not in repr(cfg)
+
+
+def signed(room, seq, key, *, issued=1000.0, ttl=30.0, pages=(4, 5), peer="decode-1"):
+    return Prealloc(room, peer, list(pages), 0, seq, issued, ttl).signed(key)
+
+
+def test_a_prealloc_is_accepted_only_signed_by_its_bound_peer_fresh_and_once():
+    key, other = b"k" * 32, b"o" * 32
+    book = PeerBook()
+    book.bind("decode-1", key)
+    book.bind("decode-1", key)  # the same decode connecting again
+    with pytest.raises(RejectedPrealloc, match="bound to another key"):
+        book.bind("decode-1", other)
+    book.accept(signed(1, 1, key), now=1000.5)
+    bad = [(signed(2, 2, other), "not signed"),  # a forger with the shared secret only
+           (signed(1, 1, key), "replays"),  # the same message again
+           (signed(3, 1, key), "replays"),  # an older number
+           (signed(4, 5, key, issued=900.0), "outside its validity"),  # expired
+           (signed(5, 6, key, issued=1000.5 + CLOCK_SKEW_S + 1), "outside its validity"),
+           (signed(6, 7, key, peer="decode-2"), "unknown peer")]
+    for msg, why in bad:
+        with pytest.raises(RejectedPrealloc, match=why):
+            book.accept(msg, now=1000.5)
+    tampered = Prealloc(**{**signed(7, 8, key).to_json(), "dst_pages": [9, 10]})
+    with pytest.raises(RejectedPrealloc, match="not signed"):
+        book.accept(tampered, now=1000.5)
+    book.accept(Prealloc.from_json(signed(8, 9, key).to_json()), now=1000.5)  # wire round trip
+    assert "key" not in repr(PeerIdentity("decode-1", key)) and "kkkk" not in repr(
+        PeerIdentity("decode-1", key))
 
 
 @pytest.mark.slow
@@ -77,6 +112,9 @@ def test_forged_control_plane_calls_are_refused_and_the_pair_keeps_serving(tmp_p
                 "bootstrap_host": "127.0.0.1", "bootstrap_port": pair.router.port,
                 "bootstrap_room": 99}
         r = httpx.post(decode.url + "/v1/chat/completions", json=ssrf, timeout=10)
+        assert r.status_code == 401 and "PD router" in r.text  # no room without the secret
+        r = httpx.post(decode.url + "/v1/chat/completions", json=ssrf, timeout=10,
+                       headers={SECRET_HEADER: secret})
         assert r.status_code == 400 and "not an allowed prefill" in r.text
         res = inject_concurrency(pair, sessions=2, turns=2, seed=1, max_tokens=60,
                                  progress=False)

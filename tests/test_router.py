@@ -2,8 +2,8 @@
 
 ``tests/support/upstream_app.py`` plays prefill and decode: it records every body it gets (bootstrap
 fields included) and whether its client went away, and shows them at ``GET /seen``. Routers:
-``main`` (seed 7) and ``twin`` (seed 7 too, but half its servers are a dead port) replay the same
-rooms; ``hasty`` (seed 11) times out after 1 s. Every wait is bounded, every process stopped.
+``main`` (seed 7) and ``twin`` (seed 7 too, but half its servers are a dead port) still draw
+different, unpredictable rooms; ``hasty`` (seed 11) times out after 1 s. Every wait is bounded, every process stopped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DEAD = f"http://127.0.0.1:{free_port()}"
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-def expected_rooms(seed: int, n: int) -> list[int]:
+def seeded_rooms(seed: int, n: int) -> list[int]:
     rng = random.Random(seed)
     return [rng.getrandbits(63) for _ in range(n)]
 
@@ -171,16 +171,15 @@ def test_bad_json_is_400_and_draws_no_room(cluster):
     assert len(rooms(cluster, "main")) == before
 
 
-def test_same_seed_replays_the_same_rooms(cluster):
+def test_rooms_are_unpredictable_even_for_routers_with_the_same_seed(cluster):
     heads = {name: [int(chat(cluster, name).headers["x-bootstrap-room"]) for _ in range(3)]
              for name in ("main", "twin", "hasty")}
     logs = {name: [a["room"] for a in rooms(cluster, name)] for name in heads}
     for name, seed in (("main", 7), ("twin", 7), ("hasty", 11)):
-        assert logs[name] == expected_rooms(seed, len(logs[name]))
         assert logs[name][-3:] == heads[name]
-    n = min(len(logs["main"]), len(logs["twin"]))
-    assert logs["main"][:n] == logs["twin"][:n]
-    assert logs["hasty"][0] != logs["main"][0]
+        assert not set(logs[name]) & set(seeded_rooms(seed, 4096))  # never the seed's sequence
+    every = [r for log in logs.values() for r in log]
+    assert len(set(every)) == len(every) and all(0 <= r < 2**63 for r in every)
 
 
 def test_unreachable_upstream_is_502_naming_it(cluster):

@@ -1,6 +1,8 @@
 """SGLang's real Rust PD router (PyPI ``sglang-router``) in front of our prefill and decode servers:
 chat (plain, streaming, structured tool calls), ``/generate``, aborts, the info routes it probes,
-SGLang's request fields, and bootstrap errors that fail at once."""
+SGLang's request fields, and bootstrap errors that fail at once. The router runs with the
+deployment secret as its ``--api-key`` (the only credential it passes to workers): clients send it,
+and neither the router nor our servers serve a room to anyone else."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from engine.http import SECRET_ENV, SECRET_HEADER
 from engine.serving.responses import room_of_completion_id
 from engine.training import make_transcript
 from workbench import inject_concurrency, launch_pd_pair
@@ -35,7 +38,8 @@ def call_body(seed: int, **extra) -> dict:
 
 def test_chat_tool_call_through_the_real_router_matches_the_reference(pair):
     body = call_body(1, logprobs=True)
-    r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=120)
+    r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=120,
+                   headers=pair.headers)
     assert r.status_code == 200, r.text
     out = r.json()
     choice = out["choices"][0]
@@ -56,7 +60,7 @@ def test_chat_tool_call_through_the_real_router_matches_the_reference(pair):
 def test_streaming_chat_and_openai_sdk_through_the_real_router(pair):
     from openai import OpenAI
 
-    client = OpenAI(base_url=pair.url + "/v1", api_key="none", max_retries=0)
+    client = OpenAI(base_url=pair.url + "/v1", api_key=pair.client_token, max_retries=0)
     body = call_body(2)
     stream = client.chat.completions.create(model="tiny-deepseek", messages=body["messages"],
                                             tools=body["tools"], max_tokens=120, stream=True)
@@ -76,7 +80,7 @@ def test_streaming_chat_and_openai_sdk_through_the_real_router(pair):
 def test_generate_through_the_real_router(pair):
     req = {"text": "<｜User｜>What is the weather in Paris?<｜Assistant｜>",
            "sampling_params": {"max_new_tokens": 12, "temperature": 0.0}}
-    r = httpx.post(pair.url + "/generate", json=req, timeout=120)
+    r = httpx.post(pair.url + "/generate", json=req, timeout=120, headers=pair.headers)
     assert r.status_code == 200, r.text
     out = r.json()
     meta = out["meta_info"]
@@ -84,7 +88,7 @@ def test_generate_through_the_real_router(pair):
     assert meta["finish_reason"]["type"] in ("stop", "length") and meta["id"].startswith("room-")
     chunks = []
     with httpx.stream("POST", pair.url + "/generate", json={**req, "stream": True},
-                      timeout=120) as s:
+                      timeout=120, headers=pair.headers) as s:
         assert s.status_code == 200
         chunks = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
     assert chunks[-1] == "[DONE]"
@@ -96,7 +100,7 @@ def test_generate_through_the_real_router(pair):
 
 def test_aborts_through_the_real_router_leave_nothing_behind(pair):
     async def killed(i: int) -> None:
-        async with httpx.AsyncClient(timeout=60) as client:
+        async with httpx.AsyncClient(timeout=60, headers=pair.headers) as client:
             try:
                 await asyncio.wait_for(client.post(pair.url + "/v1/chat/completions",
                                                    json=call_body(10 + i, stream=True)), 0.3)
@@ -130,19 +134,40 @@ def test_info_routes_fields_and_bootstrap_errors_on_our_servers(pair):
     load = httpx.get(d.url + "/get_load").json()
     assert isinstance(load, list) and {"num_reqs", "num_tokens"} <= load[0].keys()
     assert httpx.get(d.url + "/health_generate", timeout=30).status_code == 200
+    secret = {SECRET_HEADER: p.env[SECRET_ENV]}
     t0 = time.monotonic()
     r = httpx.post(d.url + "/v1/chat/completions",
                    json=call_body(3, bootstrap_host="127.0.0.1", bootstrap_port=None,
-                                  bootstrap_room=5), timeout=30)
+                                  bootstrap_room=5), timeout=30, headers=secret)
     assert r.status_code == 400 and "bootstrap_port" in r.json()["error"]["message"]
     assert time.monotonic() - t0 < 5.0
     r = httpx.post(d.url + "/generate", json={"text": "hi", "bootstrap_host": "not a host",
-                                              "bootstrap_port": p.port, "bootstrap_room": 6})
+                                              "bootstrap_port": p.port, "bootstrap_room": 6},
+                   headers=secret)
     assert r.status_code == 400 and r.json()["error"]["param"] == "bootstrap_host"
     r = httpx.post(pair.url + "/v1/chat/completions",
-                   json=call_body(4, continue_final_message=True, max_tokens=4), timeout=60)
+                   json=call_body(4, continue_final_message=True, max_tokens=4), timeout=60,
+                   headers=pair.headers)
     assert r.status_code == 200 and r.headers["x-unsupported-fields"] == "continue_final_message"
-    r = httpx.post(pair.url + "/v1/chat/completions", json=call_body(4, no_such_field=1))
+    r = httpx.post(pair.url + "/v1/chat/completions", json=call_body(4, no_such_field=1),
+                   headers=pair.headers, timeout=60)
     assert r.status_code == 200  # SGLang's router drops fields it does not know ...
-    r = httpx.post(p.url + "/v1/chat/completions", json=call_body(4, no_such_field=1))
+    r = httpx.post(p.url + "/v1/chat/completions", json=call_body(4, no_such_field=1),
+                   headers=secret)
     assert r.status_code == 400 and "no_such_field" in r.text  # ... our servers refuse them
+
+
+def test_no_room_is_served_without_the_deployment_secret(pair):
+    """A squatter naming a room on a worker, or a client without the router's key: 401."""
+    p, d = pair.prefill[0], pair.decode[0]
+    squat = call_body(5, bootstrap_host="127.0.0.1", bootstrap_port=p.port, bootstrap_room=7)
+    for url in (p.url, d.url):
+        for path, body in (("/v1/chat/completions", squat), ("/generate", {"text": "hi",
+                                                                           **squat})):
+            r = httpx.post(url + path, json=body, timeout=30)
+            assert r.status_code == 401 and "PD router" in r.text, (url, path, r.text)
+    r = httpx.post(pair.url + "/v1/chat/completions", json=call_body(5), timeout=30)
+    assert r.status_code == 401  # SGLang's router itself refuses a client without its key
+    wrong = {"Authorization": "Bearer " + "x" * 48}
+    assert httpx.post(p.url + "/generate", json={"text": "hi", **squat}, headers=wrong,
+                      timeout=30).status_code == 401

@@ -154,9 +154,11 @@ class Engine(EngineViews):
     def poll(self) -> None:
         """Hook run on the engine thread at every step (PD queues override it)."""
 
-    def _finish(self, seq: Sequence, reason: FinishReason) -> None:
+    def _finish(self, seq: Sequence, reason: FinishReason, release: bool = True) -> None:
+        """Ends ``seq`` (captured first, for dumps); ``release=False`` leaves its pages to the
+        caller."""
         self.capture(seq)
-        self.scheduler.finish(seq, reason)
+        self.scheduler.finish(seq, reason, release)
         self.stats.finished[reason.value] += 1
         seq.sink(TokenEvent(seq.rid, None, reason, seq.num_cached, failure=seq.failure))
 

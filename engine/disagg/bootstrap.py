@@ -2,9 +2,12 @@
 
 All HTTP to prefill servers happens on this client's threads, one per prefill, so the engine
 thread never blocks on the network and a slow or unreachable prefill delays only its own rooms.
-Every call carries the deployment's control-plane secret. A prefill that misses
-``heartbeat_misses`` pings in a row is dead; a failed call or a dead prefill forgets the
-handshake, so a restarted prefill (a new NIXL agent) is connected again on its next room.
+Every call carries the deployment's control-plane secret; the connect also gives the prefill this
+decode's signing key (``PeerIdentity``). A prefill that misses ``heartbeat_misses`` pings in a
+row is dead; a failed call or a dead prefill forgets the handshake, so a restarted prefill (a new
+NIXL agent) is connected again on its next room. An abort that cannot reach its prefill (dead,
+paused, unreachable) is kept (bounded) and sent once the prefill answers again, so a prefill that
+comes back holds no room its decode gave up on.
 """
 
 from __future__ import annotations
@@ -18,12 +21,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from engine.disagg.control import SECRET_HEADER
-from engine.disagg.messages import Prealloc
-from engine.http import CLIENT_KEEPALIVE_EXPIRY_S
+from engine.disagg.messages import PeerIdentity, Prealloc
+from engine.http import CLIENT_KEEPALIVE_EXPIRY_S, SECRET_HEADER
 from engine.transfer.endpoint import EndpointBlob, TransferEndpoint
 
 log = logging.getLogger(__name__)
+MAX_DEFERRED_ABORTS = 4096  # per prefill
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,14 @@ class Outgoing:
 class BootstrapClient:
     def __init__(self, endpoint: TransferEndpoint, secret: str, heartbeat_s: float = 1.0,
                  heartbeat_misses: int = 5, timeout_s: float = 10.0,
-                 on_failed: Callable[[int, str], None] | None = None) -> None:
-        """``on_failed(room, reason)`` is called (on a bootstrap thread) when a prealloc for
-        ``room`` could not be delivered or was refused."""
+                 on_failed: Callable[..., None] | None = None,
+                 identity: PeerIdentity | None = None) -> None:
+        """``on_failed(room, reason, refused=)`` is called (on a bootstrap thread) when a
+        prealloc for ``room`` could not be delivered (``refused=False``: it may have arrived)
+        or was refused (``refused=True``: the prefill keeps nothing of it)."""
         self.endpoint = endpoint
+        self.identity = identity or PeerIdentity(endpoint.name)
+        self._deferred: dict[str, list[Outgoing]] = {}
         self.on_failed = on_failed
         self.heartbeat_s = heartbeat_s
         self.heartbeat_misses = heartbeat_misses
@@ -78,7 +85,8 @@ class BootstrapClient:
     def _connect(self, url: str) -> None:
         blob = EndpointBlob.from_json(self.http.get(url + "/disagg/endpoint").json())
         self.endpoint.connect(blob)
-        r = self.http.post(url + "/disagg/connect", json=self.endpoint.blob().to_json())
+        r = self.http.post(url + "/disagg/connect", json={**self.endpoint.blob().to_json(),
+                                                           "key": self.identity.key.hex()})
         r.raise_for_status()
         self.connected.add(url)
         self._watched.add(url)
@@ -96,15 +104,38 @@ class BootstrapClient:
                 r = self.http.post(msg.url + msg.path, json=msg.body)
             r.raise_for_status()
         except Exception as exc:  # noqa: BLE001 - a bad peer must not kill the thread
-            self.failed_sends += 1
-            self.connected.discard(msg.url)  # handshake again next time (it may have restarted)
-            log.warning("bootstrap %s%s failed: %s", msg.url, msg.path, exc)
-            if self.on_failed is not None and msg.path == "/disagg/prealloc":
-                self.on_failed(int(msg.body["room"]), f"prealloc not delivered: {exc}"[:200])
+            self._failed(msg, exc)
+
+    def _failed(self, msg: Outgoing, exc: Exception) -> None:
+        self.failed_sends += 1
+        self.connected.discard(msg.url)  # handshake again next time (it may have restarted)
+        log.warning("bootstrap %s%s failed: %s", msg.url, msg.path, exc)
+        refused = isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code < 500
+        if msg.path == "/disagg/abort" and not refused:
+            self._defer(msg)
+        elif self.on_failed is not None and msg.path == "/disagg/prealloc":
+            self.on_failed(int(msg.body["room"]), f"prealloc not delivered: {exc}"[:200],
+                           refused=refused)
+
+    def _defer(self, msg: Outgoing) -> None:
+        with self._lock:
+            kept = self._deferred.setdefault(msg.url, [])
+            kept.append(msg)
+            del kept[:-MAX_DEFERRED_ABORTS]
+
+    def _resend_deferred(self, url: str) -> None:
+        with self._lock:
+            kept = self._deferred.pop(url, [])
+        for msg in kept:
+            self._outbox(url).put(msg)
 
     def _drain(self, outbox: queue.Queue[Outgoing]) -> None:
         while True:
-            self._send(outbox.get())
+            msg = outbox.get()
+            if msg.path == "/disagg/abort" and self.is_dead(msg.url):
+                self._defer(msg)  # sent when it answers again, not into a 10 s timeout now
+            else:
+                self._send(msg)
 
     def _heartbeat(self) -> None:
         for url in list(self._watched):
@@ -115,6 +146,7 @@ class BootstrapClient:
             self.misses[url] = 0 if ok else self.misses.get(url, 0) + 1
             if ok:
                 self._dead_since.pop(url, None)
+                self._resend_deferred(url)
             elif self.is_dead(url) and url not in self._dead_since:
                 self._dead_since[url] = time.monotonic()
                 self.connected.discard(url)

@@ -4,7 +4,10 @@ Queues: prealloc (reserve pages, tell the prefill where to write) -> transfer (p
 notifications until every KV layer and the aux row landed, check the aux's room) -> running batch.
 Aborts mark the room Failed; cleanup happens on the next poll. The fixed cleanup removes the
 transfer entry and quarantines its pages until the prefill reports done/failed for the room (or a
-timeout), because the prefill may still be writing into them.
+timeout no earlier than the prealloc's expiry), because the prefill may still be writing into
+them. A room that decodes before its prefill's done keeps its pages and aux slot until that done
+too, so no prealloc ever names pages the prefill still holds for another room. Preallocs are
+signed with this decode's own key (``PeerIdentity``), numbered and time-limited.
 """
 
 from __future__ import annotations
@@ -12,10 +15,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import time
+import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
@@ -31,9 +33,20 @@ from engine.core.sequence import (
     TokenLogprob,
 )
 from engine.disagg.bootstrap import BootstrapClient
-from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
+from engine.disagg.control import CLOCK_SKEW_S
+from engine.disagg.messages import (
+    AUX_WORDS,
+    KV_BUFFERS,
+    Aux,
+    PeerIdentity,
+    Prealloc,
+    Tag,
+    TagKind,
+)
+from engine.disagg.rooms import CLIENT_ABORT, UNREACHABLE, WAITING_TIMEOUT, DecodeRoom, Quarantine
 from engine.disagg.state import RoomState, TransferStateTable
 from engine.disagg.variants import DecodeHooks
+from engine.disagg.views import DecodeViews
 from engine.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import TransferEndpoint, Transport
@@ -42,33 +55,9 @@ from engine.variants import hooks_for
 log = logging.getLogger(__name__)
 BootstrapFactory = Callable[..., BootstrapClient]  # (endpoint, on_failed=) -> client
 SETTLED_MEMORY = 4096  # rooms whose done/failed arrived, remembered for late notifications
-CLIENT_ABORT, WAITING_TIMEOUT = "client abort", "waiting timeout"  # room failure reasons
-UNREACHABLE = "prefill unreachable"
 
 
-@dataclass(eq=False)
-class DecodeRoom:
-    room: int
-    seq: Sequence
-    prefill_url: str
-    created: float = field(default_factory=time.monotonic)
-    transfer_since: float | None = None  # when it entered the transfer queue (pages reserved)
-    arrived: set[Tag] = field(default_factory=set)
-    aux_slot: int | None = None
-    orphaned: bool = False
-
-    def arrived_labels(self) -> list[str]:
-        return sorted(t.label for t in self.arrived)
-
-
-@dataclass(frozen=True)
-class Quarantine:
-    pages: tuple[int, ...]
-    aux_slot: int | None
-    deadline: float
-
-
-class DecodeEngine(Engine):
+class DecodeEngine(DecodeViews, Engine):
     def __init__(self, cfg, name: str, max_transfer_queue: int = 32,
                  waiting_timeout_s: float = 30.0, quarantine_s: float = 30.0, *,
                  secret: str, model: TinyDeepSeek | None = None, runtime: Runtime = THREADS,
@@ -85,8 +74,12 @@ class DecodeEngine(Engine):
         self.endpoint = transport(name, buffers,
                                   page_dims={**{b: 1 for b in KV_BUFFERS}, "aux": 0})
         self.states = TransferStateTable(clock=runtime.monotonic)
+        self.identity = PeerIdentity(self.endpoint.name, secrets.token_bytes(32))
         self.bootstrap = (bootstrap or functools.partial(BootstrapClient, secret=secret))(
-            self.endpoint, on_failed=self.states_fail)
+            self.endpoint, on_failed=self.states_fail, identity=self.identity)
+        self._prealloc_seq = 0
+        self.unsettled: dict[int, DecodeRoom] = {}  # decoding before their prefill's done
+        self.refused: set[int] = set()  # rooms whose prealloc the prefill refused
         self.prealloc: deque[DecodeRoom] = deque()
         self.transfer: dict[int, DecodeRoom] = {}
         self.quarantine: dict[int, Quarantine] = {}
@@ -106,9 +99,18 @@ class DecodeEngine(Engine):
         self.states.update(room.room, RoomState.BOOTSTRAPPING)
         self.call_soon(lambda: self.prealloc.append(room))
 
-    def states_fail(self, room: int, reason: str) -> None:
-        """Thread-safe: fails ``room``; the engine loop cleans it up on its next pass."""
-        self.states.fail(room, reason)
+    def states_fail(self, room: int, reason: str, refused: bool = False) -> None:
+        """Thread-safe: fails ``room``; the engine loop cleans it up on its next pass.
+        ``refused``: the prefill refused its prealloc, so it will never write those pages and
+        they are freed at once."""
+        if not refused:
+            self.states.fail(room, reason)
+            return
+
+        def fail() -> None:
+            self.refused.add(room)
+            self.states.fail(room, reason)
+        self.call_soon(fail)
 
     # ---- engine thread ----
     def poll(self) -> None:
@@ -131,9 +133,18 @@ class DecodeEngine(Engine):
             self.transfer[room.room] = room
             room.transfer_since = self.runtime.monotonic()
             self.states.update(room.room, RoomState.WAITING_FOR_INPUT)
-            n = pages_for(len(room.seq.prompt), self.cfg.page_size)
-            msg = Prealloc(room.room, self.endpoint.name, room.seq.pages[:n], room.aux_slot)
-            self.bootstrap.send_prealloc(room.prefill_url, msg)
+            self.bootstrap.send_prealloc(room.prefill_url, self._signed_prealloc(room))
+
+    def _signed_prealloc(self, room: DecodeRoom) -> Prealloc:
+        """The room's prealloc, valid for ``waiting_timeout_s`` (the room fails then anyway);
+        its pages are not reused before ``writable_until`` unless the prefill dropped it."""
+        n = pages_for(len(room.seq.prompt), self.cfg.page_size)
+        self._prealloc_seq += 1
+        ttl = self.waiting_timeout_s
+        room.writable_until = self.runtime.monotonic() + ttl + CLOCK_SKEW_S
+        msg = Prealloc(room.room, self.identity.name, room.seq.pages[:n], room.aux_slot,
+                       self._prealloc_seq, self.runtime.wall(), ttl)
+        return msg.signed(self.identity.key)
 
     def _drain_notifications(self) -> None:
         for note in self.endpoint.notifications():
@@ -148,6 +159,11 @@ class DecodeEngine(Engine):
                     self._settle(t.room)
                 else:
                     self.quarantined_writes += 1  # landed in quarantined pages: harmless
+            elif t.room in self.unsettled:
+                if t.kind in (TagKind.DONE, TagKind.FAILED):
+                    room = self.unsettled.pop(t.room)
+                    self.pd_hooks.release_aux(self.free_aux, room.aux_slot)
+                    self._settle(t.room)
             elif t.kind in (TagKind.LAYER, TagKind.AUX) and t.room in self.settled:
                 self.late_notifications += 1  # its bytes landed before the prefill's done
             elif t.kind in (TagKind.LAYER, TagKind.AUX):
@@ -188,7 +204,11 @@ class DecodeEngine(Engine):
             self.states.fail(room.room, f"aux room {aux.room} != {room.room}")
             return
         del self.transfer[room.room]
-        self.pd_hooks.release_aux(self.free_aux, room.aux_slot)
+        if room.arrived & {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)}:
+            self.pd_hooks.release_aux(self.free_aux, room.aux_slot)
+            self._settle(room.room)
+        else:  # the prefill still holds the room: its pages and slot wait for its done
+            self.unsettled[room.room] = room
         self.states.update(room.room, RoomState.SUCCESS)
         self.states.clear(room.room)
         seq = room.seq
@@ -210,26 +230,33 @@ class DecodeEngine(Engine):
         room.orphaned = self.pd_hooks.keeps_aborted_entry()
         if not room.orphaned:
             del self.transfer[room.room]
-        settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
-        if settled:
-            self._settle(room.room)
-        elif self.states.reason(room.room) not in (CLIENT_ABORT, WAITING_TIMEOUT, UNREACHABLE):
-            self.bootstrap.send_abort(room.prefill_url, room.room)  # the prefill frees it now
-        if self.pd_hooks.frees_aborted_pages_now(bool(settled)):
+        if self.pd_hooks.frees_aborted_pages_now(self._prefill_done_with(room)):
             self.allocator.free(seq.pages)
             if not room.orphaned:
                 self.free_aux.append(room.aux_slot)
         else:
-            self.quarantine[room.room] = Quarantine(tuple(seq.pages), None if room.orphaned
-                                                    else room.aux_slot,
-                                                    self.runtime.monotonic() +
-                                                    self.quarantine_s)
+            deadline = max(self.runtime.monotonic() + self.quarantine_s, room.writable_until)
+            aux = None if room.orphaned else room.aux_slot
+            self.quarantine[room.room] = Quarantine(tuple(seq.pages), aux, deadline)
         seq.pages = []
         reason = self.states.reason(room.room)
         if seq.failure is None and reason not in (None, CLIENT_ABORT):
             kind = FailureKind.TIMEOUT if reason == WAITING_TIMEOUT else FailureKind.PEER
             seq.failure = Failure(kind, f"KV transfer of room {room.room} failed: {reason}")
         self._emit_end(seq)
+
+    def _prefill_done_with(self, room: DecodeRoom) -> bool:
+        """Whether the prefill will write nothing more into a failed room's pages: it said
+        done/failed, or refused the prealloc. Else it is told to abort (unless that was sent
+        already), so it drops the room now and says so."""
+        settled = {Tag(room.room, TagKind.DONE), Tag(room.room, TagKind.FAILED)} & room.arrived
+        refused = room.room in self.refused
+        self.refused.discard(room.room)
+        if settled:
+            self._settle(room.room)
+        elif self.states.reason(room.room) not in (CLIENT_ABORT, WAITING_TIMEOUT):
+            self.bootstrap.send_abort(room.prefill_url, room.room)
+        return bool(settled) or refused
 
     def _settle(self, room_id: int) -> None:
         """Remembers (bounded) a room whose prefill reported done/failed: it posts DONE/FAILED
@@ -241,7 +268,9 @@ class DecodeEngine(Engine):
     def _free_quarantined(self, room_id: int) -> None:
         q = self.quarantine.pop(room_id)
         self.allocator.free(list(q.pages))
-        if q.aux_slot is not None:
+        if q.aux_slot is not None and q.decoded:
+            self.pd_hooks.release_aux(self.free_aux, q.aux_slot)
+        elif q.aux_slot is not None:
             self.free_aux.append(q.aux_slot)
 
     def _expire_quarantine(self) -> None:
@@ -280,25 +309,12 @@ class DecodeEngine(Engine):
             self.bootstrap.send_abort(room.prefill_url, room.room)
             self._cleanup(room)
             return
-        super()._finish(seq, reason)
-
-    def queue_sizes(self) -> dict[str, int]:
-        """Rooms per decode queue (any thread; a scrape may be a step stale)."""
-        return {"prealloc": len(self.prealloc), "transfer": len(self.transfer),
-                "quarantine": len(self.quarantine)}
-
-    def queue_snapshot(self) -> dict:
-        now = self.runtime.monotonic()
-
-        def view(r: DecodeRoom) -> dict:
-            return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),
-                    "state": (self.states.get(r.room) or RoomState.BOOTSTRAPPING).name,
-                    "arrived": r.arrived_labels(), "orphaned": r.orphaned}
-        return {"prealloc": [view(r) for r in self.prealloc],
-                "transfer": [view(r) for r in self.transfer.values()],
-                "running": [{"rid": s.rid, "tokens": s.num_tokens} for s in
-                            self.scheduler.running],
-                "quarantine": [{"room": r, "pages": len(q.pages)}
-                               for r, q in self.quarantine.items()],
-                "late_writes": self.late_writes, "quarantined_writes": self.quarantined_writes,
-                "late_notifications": self.late_notifications}
+        held = next((r for r in self.unsettled.values() if r.seq is seq), None)
+        if held is None:
+            return super()._finish(seq, reason)
+        super()._finish(seq, reason, release=False)  # its prefill has not dropped the room yet
+        del self.unsettled[held.room]
+        self.quarantine[held.room] = Quarantine(tuple(seq.pages), held.aux_slot,
+                                                self.runtime.monotonic() + self.quarantine_s,
+                                                decoded=True)
+        seq.pages = []

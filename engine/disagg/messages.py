@@ -4,9 +4,11 @@ the notification tags and aux layout of the data plane (NIXL)."""
 from __future__ import annotations
 
 import enum
+import hashlib
+import hmac
 import math
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 AUX_WORDS = 5  # room, first token, cached prompt tokens, prompt tokens, first token's logprob
 KV_BUFFERS = ("k", "v", "index_k", "index_k_scale")
@@ -14,12 +16,38 @@ KV_BUFFERS = ("k", "v", "index_k", "index_k_scale")
 
 @dataclass(frozen=True)
 class Prealloc:
-    """Decode -> prefill: where the room's pages and aux row live on the decode side."""
+    """Decode -> prefill: where the room's pages and aux row live on the decode side.
+
+    Signed by its decode (``mac``: HMAC-SHA256 of ``payload()`` under the key the decode gave
+    at connect), numbered per peer (``seq`` strictly increases, so a replay is refused) and
+    valid from ``issued_at`` (the decode's wall clock) for ``ttl_s``: past that the decode may
+    hand the pages to another room, so the prefill must not write.
+    """
 
     room: int
     peer: str
     dst_pages: list[int]
     aux_slot: int
+    seq: int = 0
+    issued_at: float = 0.0
+    ttl_s: float = 0.0
+    mac: str = ""
+
+    @property
+    def expires_at(self) -> float:
+        return self.issued_at + self.ttl_s
+
+    def payload(self) -> bytes:
+        """Every field but ``mac``, in one canonical encoding."""
+        pages = ",".join(map(str, self.dst_pages))
+        return (f"{self.room}|{self.peer}|{pages}|{self.aux_slot}|{self.seq}|"
+                f"{self.issued_at!r}|{self.ttl_s!r}").encode()
+
+    def signature(self, key: bytes) -> str:
+        return hmac.new(key, self.payload(), hashlib.sha256).hexdigest()
+
+    def signed(self, key: bytes) -> Prealloc:
+        return replace(self, mac=self.signature(key))
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -27,7 +55,28 @@ class Prealloc:
     @classmethod
     def from_json(cls, obj: dict) -> Prealloc:
         return cls(int(obj["room"]), str(obj["peer"]), [int(p) for p in obj["dst_pages"]],
-                   int(obj["aux_slot"]))
+                   int(obj["aux_slot"]), int(obj.get("seq", 0)),
+                   _finite(obj.get("issued_at", 0.0)), _finite(obj.get("ttl_s", 0.0)),
+                   str(obj.get("mac", "")))
+
+
+def _finite(value) -> float:
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{value!r} is not a finite number")
+    return out
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """A decode's identity towards its prefills: its NIXL agent name and the key it signs
+    preallocs with (random per process, given to each prefill at connect, never logged)."""
+
+    name: str
+    key: bytes = b""
+
+    def __repr__(self) -> str:
+        return f"PeerIdentity({self.name!r})"
 
 
 @dataclass(frozen=True)

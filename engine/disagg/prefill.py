@@ -20,16 +20,23 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.core import Engine, FinishReason, Sequence
-from engine.disagg.control import MAX_EARLY_PREALLOCS, RejectedPrealloc, check_prealloc
+from engine.disagg.control import (
+    MAX_EARLY_PREALLOCS,
+    PeerBook,
+    RejectedPrealloc,
+    check_prealloc,
+)
 from engine.disagg.messages import AUX_WORDS, KV_BUFFERS, Aux, Prealloc, Tag, TagKind
 from engine.disagg.state import RoomState, TransferStateTable
 from engine.disagg.variants import PrefillHooks
+from engine.disagg.views import PrefillViews
 from engine.model import TinyDeepSeek
 from engine.runtime import THREADS, Runtime
 from engine.transfer.endpoint import PageWrite, TransferEndpoint, TransferStatus, Transport
 from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
+PREALLOC_EXPIRED = "prealloc expired before the KV was sent"
 
 
 @dataclass(eq=False)
@@ -43,7 +50,7 @@ class PrefillRoom:
     handed: bool = False  # given to a sender worker, which reports done/failed to the decode
 
 
-class PrefillEngine(Engine):
+class PrefillEngine(PrefillViews, Engine):
     """An engine whose finished prefills hand their pages to the KV sender instead of freeing."""
 
     def __init__(self, cfg, name: str, sender_workers: int = 2,
@@ -64,6 +71,7 @@ class PrefillEngine(Engine):
         self.rooms: dict[int, PrefillRoom] = {}
         self.early: OrderedDict[int, Prealloc] = OrderedDict()  # bounded: MAX_EARLY_PREALLOCS
         self.peers: dict = {}
+        self.peer_book = PeerBook()
         self.bootstrap_timeout_s = bootstrap_timeout_s
         self.on_transfer: Callable[[float, int], None] | None = None  # (seconds, bytes) per room
         self._lock = threading.Lock()
@@ -73,8 +81,11 @@ class PrefillEngine(Engine):
             runtime.start_thread(lambda i=i, q=q: self._sender(i, q), f"kv-sender-{i}")
 
     # ---- control plane (HTTP threads) ----
-    def connect_peer(self, blob) -> None:
+    def connect_peer(self, blob, key: bytes) -> None:
+        """Connects a decode's NIXL agent; ``key`` is the one its preallocs are signed with
+        (``RejectedPrealloc`` when the agent name is bound to another key)."""
         with self._lock:
+            self.peer_book.bind(blob.agent_name, key)
             self.peers[blob.agent_name] = self.endpoint.connect(blob)
 
     def add_room(self, room: PrefillRoom) -> None:
@@ -88,17 +99,25 @@ class PrefillEngine(Engine):
             early = self.early.pop(room.room, None)
         if early is not None:
             try:
-                self.on_prealloc(early)
+                self._admit(early)
             except RejectedPrealloc as exc:
                 self.abort_room(room.room, str(exc))
 
     def on_prealloc(self, msg: Prealloc) -> None:
         """A prealloc for a failed room is answered with "failed" so the decode frees at once.
-        Raises ``RejectedPrealloc`` (``engine.disagg.control.check_prealloc``) and keeps nothing
-        for a prealloc naming an unknown peer or another live room's pages."""
-        failed = self.states.get(msg.room) is RoomState.FAILED
+        Raises ``RejectedPrealloc`` and keeps nothing for a prealloc its peer did not sign, that
+        expired or replays an earlier one (``PeerBook.accept``), or that names another live
+        room's pages (``check_prealloc``)."""
         with self._lock:
-            held = {r.room: r.prealloc for r in self.rooms.values() if r.prealloc is not None}
+            self.peer_book.accept(msg, self.runtime.wall())
+        self._admit(msg)
+
+    def _admit(self, msg: Prealloc) -> None:
+        failed = self.states.get(msg.room) is RoomState.FAILED
+        now = self.runtime.wall()
+        with self._lock:
+            held = {r.room: r.prealloc for r in self.rooms.values()
+                    if r.prealloc is not None and r.prealloc.expires_at >= now}
             check_prealloc(msg, set(self.peers), held)
             room = self.rooms.get(msg.room)
             early = room is None and not failed
@@ -168,6 +187,13 @@ class PrefillEngine(Engine):
             late = room.prealloc is None and now - room.created > self.bootstrap_timeout_s
             if late:
                 self._fail(room, "bootstrap timeout")
+            elif self._expired(room) and not room.handed:
+                self.states.fail(room.room, PREALLOC_EXPIRED)
+                self._abort_on_loop(room)
+
+    def _expired(self, room: PrefillRoom) -> bool:
+        """Past its prealloc's validity the decode may give those pages to another room."""
+        return room.prealloc is not None and self.runtime.wall() > room.prealloc.expires_at
 
     def _finish(self, seq: Sequence, reason: FinishReason) -> None:
         room = next((r for r in self.rooms.values() if r.seq is seq), None)
@@ -235,6 +261,8 @@ class PrefillEngine(Engine):
         layer_bytes = sum(self.pool.page_bytes().values()) * n_pages
         handles, t0 = [], self.runtime.monotonic()
         for layer in range(self.model.cfg.n_layers):
+            if self._expired(room):
+                self.states.fail(room.room, PREALLOC_EXPIRED)
             if self.states.get(room.room) is RoomState.FAILED:
                 break
             self.runtime.sleep(self.faults.transfer_delay((room.room, layer), layer_bytes))
@@ -278,24 +306,3 @@ class PrefillEngine(Engine):
             ok &= self.endpoint.wait(h, timeout_s=timeout_s) is TransferStatus.DONE
             self.endpoint.release(h)
         return ok
-
-    def queue_sizes(self) -> dict[str, int]:
-        """Rooms per prefill queue (any thread; a scrape may be a step stale)."""
-        states = [self.states.get(r.room) for r in list(self.rooms.values())]
-        return {"bootstrap": states.count(RoomState.BOOTSTRAPPING) + states.count(None),
-                "waiting": states.count(RoomState.WAITING_FOR_INPUT),
-                "inflight": states.count(RoomState.TRANSFERRING)}
-
-    def queue_snapshot(self) -> dict:
-        now = self.runtime.monotonic()
-
-        def view(r: PrefillRoom) -> dict:
-            return {"room": r.room, "rid": r.seq.rid, "age_s": round(now - r.created, 3),
-                    "state": (self.states.get(r.room) or RoomState.BOOTSTRAPPING).name,
-                    "posted_layers": r.posted}
-        rooms = list(self.rooms.values())
-        return {"bootstrap": [view(r) for r in rooms if r.prealloc is None],
-                "waiting": [view(r) for r in rooms if r.prealloc is not None
-                            and self.states.get(r.room) is RoomState.WAITING_FOR_INPUT],
-                "inflight": [view(r) for r in rooms
-                             if self.states.get(r.room) is RoomState.TRANSFERRING]}

@@ -18,12 +18,13 @@ from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from engine.core import PromptTooLongError
-from engine.disagg.control import RejectedPrealloc, require_secret
-from engine.disagg.decode import DecodeEngine, DecodeRoom
+from engine.disagg.control import RejectedPrealloc, presents_secret, require_secret
+from engine.disagg.decode import DecodeEngine
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
+from engine.disagg.rooms import DecodeRoom
 from engine.disagg.state import RoomState
-from engine.http import BadRequestError, json_object
+from engine.http import BadRequestError, UnauthorizedError, json_object
 from engine.serving.admission import Admission
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.server import ChatServer
@@ -64,7 +65,10 @@ class PrefillServer(ChatServer):
         body = await self._control_body(request)
         try:
             blob = EndpointBlob.from_json(body)
-            await asyncio.to_thread(self.engine.connect_peer, blob)
+            key = bytes.fromhex(str(body.get("key", "")))
+            await asyncio.to_thread(self.engine.connect_peer, blob, key)
+        except RejectedPrealloc as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except (ChannelError, ValueError, RuntimeError) as exc:
             raise HTTPException(400, f"connect: {exc}") from None
         return {"connected": blob.agent_name}
@@ -89,8 +93,12 @@ class PrefillServer(ChatServer):
         self.engine.abort_room(room, "decode abort")
         return {"ok": True}
 
+    def authorize(self, request: Request) -> None:
+        _require_room_credential(request, self.secret)
+
     async def chat(self, request: Request):
         try:
+            self.authorize(request)
             a = (await self.parse_chat(request)).admission
         except BadRequestError as exc:
             return self._refuse(exc)
@@ -98,6 +106,7 @@ class PrefillServer(ChatServer):
 
     async def generate(self, request: Request):
         try:
+            self.authorize(request)
             a = (await self.parse_native(request)).admission
         except BadRequestError as exc:
             return self._refuse(exc)
@@ -136,6 +145,14 @@ class PrefillServer(ChatServer):
             await asyncio.sleep(0.05)
 
 
+def _require_room_credential(request: Request, secret: str) -> None:
+    """Only a holder of the deployment's secret (the router) may register a bootstrap room: a
+    caller naming a room could otherwise pair its prompt with another user's decode (a squat)."""
+    if not presents_secret(request, secret):
+        raise UnauthorizedError("requests naming a bootstrap room must come through the PD "
+                                "router (missing or wrong X-PD-Secret)", "bootstrap_room")
+
+
 def prefill_url(boot: Bootstrap, allowed: frozenset[str] | None = None) -> str:
     """The prefill's bootstrap URL; BadRequestError naming the first missing or invalid field,
     or the address when it is not one of ``allowed`` (None: any loopback address)."""
@@ -171,10 +188,14 @@ class DecodeServer(ChatServer):
     mode = "decode"
 
     def __init__(self, engine: DecodeEngine, debug_token: str | None = None, port: int = 0, *,
-                 allowed_prefills: frozenset[str] | None = None,
+                 secret: str, allowed_prefills: frozenset[str] | None = None,
                  debug_open: bool = False) -> None:
         super().__init__(engine, debug_token, port, debug_open=debug_open)
+        self.secret = secret
         self.allowed_prefills = allowed_prefills
+
+    def authorize(self, request: Request) -> None:
+        _require_room_credential(request, self.secret)
 
     def admit(self, a: Admission) -> Generation:
         url = prefill_url(a.boot, self.allowed_prefills)

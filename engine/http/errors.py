@@ -45,8 +45,16 @@ class BadRequestError(ValueError):
         super().__init__(message)
         self.param = param
 
+    status = 400
+
     def response(self) -> JSONResponse:
-        return error_response(400, str(self), self.param)
+        return error_response(self.status, str(self), self.param)
+
+
+class UnauthorizedError(BadRequestError):
+    """A request without the credential its route needs (401, nothing of it is kept)."""
+
+    status = 401
 
 
 MAX_JSON_DEPTH = 64

@@ -1,8 +1,10 @@
 """PD router: one OpenAI-compatible front door over pools of prefill and decode servers.
 
 Like SGLang's mini load balancer: each chat request gets a prefill and a decode server (by
-policy) and a ``bootstrap_room`` drawn from an RNG seeded by ``--seed``, so the room sequence
-replays by seed (routers in front of the same servers thus need different seeds). The body goes
+policy, seeded by ``--seed``) and an unpredictable 63-bit ``bootstrap_room`` from the OS's
+randomness (never from the seed: a guessable room could be registered first by someone else).
+Both upstream requests carry the deployment's secret (``$PDWB_PD_SECRET``) as ``X-PD-Secret``,
+without which a PD server refuses a request naming a room. The body goes
 to both servers at once, with the prefill server's host and port as ``bootstrap_host`` and
 ``bootstrap_port``: to prefill with ``stream: false``, to decode as the client asked. The client
 gets decode's answer (SSE bytes passed through unchanged) with an ``X-Bootstrap-Room`` header.
@@ -30,6 +32,7 @@ from fastapi.responses import Response
 
 from engine.http import (
     CLIENT_KEEPALIVE_EXPIRY_S,
+    SECRET_HEADER,
     BadRequestError,
     BodyLimit,
     check_access,
@@ -66,9 +69,9 @@ class Router:
                                         limits=httpx.Limits(
                                             max_connections=None,
                                             keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S))
-        seeded = cfg.seed is not None
-        self._room_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()
-        policy_rng = random.Random(cfg.seed) if seeded else random.SystemRandom()
+        self._room_rng = random.SystemRandom()
+        policy_rng = random.Random(cfg.seed) if cfg.seed is not None else random.SystemRandom()
+        self._auth = {SECRET_HEADER: cfg.secret} if cfg.secret else {}
         factory = POLICIES.get(cfg.policy)
         self._prefill_policy, self._decode_policy = factory(policy_rng), factory(policy_rng)
         self._active: set[int] = set()
@@ -150,7 +153,8 @@ class Router:
     async def _prefill(self, a: RoomAssignment, body: dict) -> UpstreamError | None:
         try:
             async with self._upstream("prefill", a.prefill):
-                resp = await self.client.post(a.prefill + CHAT_PATH, json=body)
+                resp = await self.client.post(a.prefill + CHAT_PATH, json=body,
+                                              headers=self._auth)
         except UpstreamError as exc:
             return exc
         if resp.status_code >= 400:
@@ -161,7 +165,8 @@ class Router:
 
     async def _decode(self, a: RoomAssignment, body: dict, stream: bool) -> httpx.Response:
         async with self._upstream("decode", a.decode):
-            req = self.client.build_request("POST", a.decode + CHAT_PATH, json=body)
+            req = self.client.build_request("POST", a.decode + CHAT_PATH, json=body,
+                                            headers=self._auth)
             resp = await self.client.send(req, stream=True)
             if not stream or resp.status_code >= 400:
                 try:

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 
-from engine.http import SERVER_KEEP_ALIVE_S
+from engine.http import SECRET_ENV, SERVER_KEEP_ALIVE_S
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
 
@@ -25,10 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--prefill", nargs="+", required=True, metavar="URL")
     ap.add_argument("--decode", nargs="+", required=True, metavar="URL")
-    ap.add_argument("--seed", type=int, default=None, help="seeds rooms and the random "
-                    "policy, so they replay (default: unpredictable rooms); routers sharing "
-                    "servers need different seeds or their rooms collide")
-    ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
+    ap.add_argument("--seed", type=int, default=None, help="seeds the random policy, so "
+                    "server picks replay (rooms are always unpredictable)")
+    ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"),
+                    help="X-Debug-Token for /debug/* (prefer $PDWB_DEBUG_TOKEN: argv is public)")
     ap.add_argument("--debug-open", action="store_true",
                     help="serve /debug/rooms to any loopback caller without a token")
     ap.add_argument("--policy", default="round_robin", help=f"one of {POLICIES.names()}")
@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,
                            args.timeout_s, args.history, debug_token=args.debug_token,
-                           debug_open=args.debug_open, health_interval_s=args.health_interval_s)
+                           debug_open=args.debug_open, health_interval_s=args.health_interval_s,
+                           secret=os.environ.get(SECRET_ENV) or None)
     except (KeyError, ValueError) as exc:
         ap.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

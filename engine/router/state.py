@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -59,8 +59,13 @@ def check_url(url: str) -> str:
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """Server pools, policy, RNG seed (None: rooms and picks from the OS's randomness, so rooms
-    are unpredictable), upstream timeout, room-history size and who may read ``/debug/*``."""
+    """Server pools, policy, seed of the policy's picks (None: the OS's randomness), upstream
+    timeout, room-history size, who may read ``/debug/*`` and the deployment's PD secret
+    (sent to every upstream as ``X-PD-Secret``; servers of PD roles refuse rooms without it).
+
+    Rooms always come from the OS's randomness, seeded or not: a seed replays which servers
+    serve which request, never which room numbers go on the wire (a predictable room can be
+    squatted). Secrets and tokens stay out of ``repr`` (the router logs its config)."""
 
     prefill: tuple[str, ...]
     decode: tuple[str, ...]
@@ -69,9 +74,10 @@ class RouterConfig:
     timeout_s: float = 300.0
     history: int = 4096
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
-    debug_token: str | None = None
+    debug_token: str | None = field(default=None, repr=False)
     debug_open: bool = False  # /debug/* without a token (loopback callers only)
     health_interval_s: float = 1.0  # upstream /health probes (0: never; servers stay eligible)
+    secret: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:

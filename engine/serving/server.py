@@ -146,8 +146,13 @@ class ChatServer:
         rid = None if a.boot.room is None else room_rid(a.boot.room)
         return Generation(self.engine, a.plan, a.params, rid=rid, output=a.output)
 
+    def authorize(self, request: Request) -> None:
+        """Raises ``UnauthorizedError`` for a request this role must not serve without a
+        credential (the single role serves anyone; PD roles need the deployment's secret)."""
+
     def _refuse(self, exc: Exception) -> JSONResponse:
-        self.metrics.inc("requests_total", status="400")
+        status = exc.status if isinstance(exc, BadRequestError) else 400
+        self.metrics.inc("requests_total", status=str(status))
         if isinstance(exc, BadRequestError):
             return exc.response()
         return error(400, str(exc), "messages")
@@ -165,6 +170,7 @@ class ChatServer:
 
     async def chat(self, request: Request):
         try:
+            self.authorize(request)
             parsed = await self.parse_chat(request)
             gen = self.admit(parsed.admission)
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
@@ -181,6 +187,7 @@ class ChatServer:
 
     async def generate(self, request: Request):
         try:
+            self.authorize(request)
             parsed = await self.parse_native(request)
             gen = self.admit(parsed.admission)
         except (BadRequestError, PromptTooLongError, ValueError) as exc:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.disagg.control import RejectedPrealloc
-from engine.disagg.messages import Prealloc
+from engine.disagg.messages import PeerIdentity, Prealloc
 from engine.runtime import Runtime
 
 
@@ -28,10 +28,11 @@ class Message:
 class SimBootstrap:
     """``prefills`` maps a prefill URL to its ``PrefillEngine`` (the sim's servers)."""
 
-    def __init__(self, endpoint, on_failed: Callable[[int, str], None] | None = None, *,
+    def __init__(self, endpoint, on_failed: Callable[..., None] | None = None, *,
                  runtime: Runtime, prefills: Mapping[str, object],
-                 latency_s: float = 100e-6) -> None:
+                 latency_s: float = 100e-6, identity: PeerIdentity | None = None) -> None:
         self.endpoint, self.on_failed = endpoint, on_failed
+        self.identity = identity or PeerIdentity(endpoint.name, bytes(32))
         self.runtime, self.prefills, self.latency_s = runtime, prefills, latency_s
         self.connected: set[str] = set()
         self.failed_sends = 0
@@ -70,7 +71,7 @@ class SimBootstrap:
             return
         if msg.url not in self.connected:
             self.endpoint.connect(prefill.endpoint.blob())
-            prefill.connect_peer(self.endpoint.blob())
+            prefill.connect_peer(self.endpoint.blob(), self.identity.key)
             self.connected.add(msg.url)
         if msg.prealloc is None:
             prefill.abort_room(msg.room, "decode abort")
@@ -80,4 +81,4 @@ class SimBootstrap:
         except RejectedPrealloc as exc:
             self.failed_sends += 1
             if self.on_failed is not None:
-                self.on_failed(msg.room, f"prealloc not delivered: {exc}"[:200])
+                self.on_failed(msg.room, f"prealloc not delivered: {exc}"[:200], refused=True)

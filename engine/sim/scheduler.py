@@ -259,6 +259,9 @@ class SimRuntime(Runtime):
     def monotonic(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        return self.now
+
     def point(self, label: str) -> None:
         me = self._me()
         if me is not None:

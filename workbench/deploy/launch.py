@@ -10,6 +10,7 @@ router). ``attach(url, ...)`` wraps a deployment that is already running.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shlex
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.disagg.control import SECRET_ENV
+from engine.http import SECRET_ENV
 from workbench.deploy import vllm
 from workbench.deploy.backends import BACKENDS
 from workbench.deploy.pair import LaunchSpec, PDPair
@@ -32,6 +33,7 @@ __all__ = ["EMBEDDED", "LaunchSpec", "PDPair", "TemplateBackend", "attach", "lau
 log = logging.getLogger(__name__)
 
 PY = shlex.quote(sys.executable)
+DEBUG_TOKEN_ENV = "PDWB_DEBUG_TOKEN"  # servers and router read their --debug-token default here
 LAUNCH_ATTEMPTS = 3  # a port handed out can be taken (e.g. as a socket's source port) before
 PORT_TAKEN = "address already in use"  # its server binds it: the launch is retried on new ports
 
@@ -95,7 +97,8 @@ def launch_pd_pair(*, patches=(), engine: dict | None = None, faults: dict | Non
             raise ValueError(f"backend {info.name!r} cannot be launched; use attach(url)")
         backend = EMBEDDED
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}), num_prefill,
-                      num_decode, seed, decode_args=tuple(decode_args), router=router)
+                      num_decode, seed, debug_token=secrets.token_hex(16),
+                      decode_args=tuple(decode_args), router=router)
     kind = ROUTERS.get(router)
     attempt = 1
     while True:
@@ -114,7 +117,8 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
     num_prefill, num_decode, seed = spec.num_prefill, spec.num_decode, spec.seed
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
-    env = {SECRET_ENV: secrets.token_hex(24)}  # this deployment's control-plane secret
+    # this deployment's control-plane secret and debug token: in the environment, never in argv
+    env = {SECRET_ENV: secrets.token_hex(24), DEBUG_TOKEN_ENV: spec.debug_token}
     cwd = Path(source).resolve() if source else None
     if cwd is not None:
         env["PYTHONPATH"] = str(cwd)
@@ -130,18 +134,19 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
         started += decode
         _wait_all(started, timeout_s)
         front = ServerProcess("router", [], log_dir, health=kind.ready, format_argv=False,
-                              env=({"PYTHONPATH": str(cwd)} if cwd else {}), cwd=cwd,
+                              env=env, cwd=cwd,
                               stack_signal=kind.name == "embedded")
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
                                           tuple(s.url for s in decode), seed,
-                                          spec.debug_token))
+                                          env[SECRET_ENV]))
         _start_and_wait([front], started, timeout_s)
     except BaseException:
         _stop(started)
         raise
     log.info("PD pair up: %s router %s, logs in %s", spec.router, front.url, log_dir)
-    return PDPair(spec, prefill, decode, front, log_dir).start_watch()
+    token = env[SECRET_ENV] if kind.client_auth else ""
+    return PDPair(spec, prefill, decode, front, log_dir, client_token=token).start_watch()
 
 
 def _launch_vllm(num_prefill: int, num_decode: int, seed: int, log_dir: Path,
@@ -176,7 +181,7 @@ def _stop(servers: list[ServerProcess]) -> None:
 def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
            decode: tuple[str, ...] | list[str] = (), backend: str = "embedded", patches=(),
            engine: dict | None = None, faults: dict | None = None,
-           debug_token: str = "pdwb-debug", model: str | None = None,
+           debug_token: str | None = None, model: str | None = None,
            log_dir: str | Path | None = None, timeout_s: float = 10.0) -> PDPair:
     """A ``PDPair`` handle on a deployment that is already running at ``url`` (its router).
 
@@ -185,12 +190,14 @@ def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
     ``"openai"`` (anything else speaking the chat API, e.g. a GPU cluster's router). ``prefill``/
     ``decode`` name the servers behind the router (for probes reading their debug routes, dumps
     or metrics); ``model`` is the name requests carry; ``patches``, ``engine`` and ``faults``
-    describe what ours run (for the in-process reference). Raises ``LaunchError`` when ``url``
+    describe what ours run (for the in-process reference); ``debug_token`` is the one its servers
+    were started with (default ``$PDWB_DEBUG_TOKEN``). Raises ``LaunchError`` when ``url``
     does not answer ``/health`` in ``timeout_s``.
     """
     info = BACKENDS.get(backend)
     spec = LaunchSpec(tuple(patches), dict(engine or {}), dict(faults or {}),
-                      max(1, len(prefill)), max(1, len(decode)), debug_token=debug_token)
+                      max(1, len(prefill)), max(1, len(decode)),
+                      debug_token=debug_token or os.environ.get(DEBUG_TOKEN_ENV, ""))
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="pdwb-attach-"))
     router = _running("router", url, log_dir)
     _wait_all([router], timeout_s)

@@ -27,7 +27,7 @@ class LaunchSpec:
     num_prefill: int = 1
     num_decode: int = 1
     seed: int = 0
-    debug_token: str = "pdwb-debug"
+    debug_token: str = field(default="", repr=False)  # generated per launch, never a default
     decode_args: tuple[str, ...] = ()
     template_vars: dict = field(default_factory=dict)
     router: str = "embedded"
@@ -48,8 +48,7 @@ class LaunchSpec:
             sets.append("patches=" + ",".join(self.patches))
         if self.faults:
             sets.append("faults=" + json.dumps(self.faults))
-        out = "--debug-token " + shlex.quote(self.debug_token)
-        return out + (" --set " + " ".join(shlex.quote(s) for s in sets) if sets else "")
+        return "--set " + " ".join(shlex.quote(s) for s in sets) if sets else ""
 
 
 @dataclass(eq=False)
@@ -65,10 +64,16 @@ class PDPair:
     backend: BackendInfo = field(default_factory=lambda: BACKENDS.get("embedded"))
     model: str | None = None  # the model name requests carry (None: the servers take any)
     watch: ProcessWatch | None = None  # started by launch/attach: deaths and hangs
+    client_token: str = field(default="", repr=False)  # a router that needs a Bearer token
 
     @property
     def url(self) -> str:
         return self.router.url
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What every client request to ``url`` carries (SGLang's router: its API key)."""
+        return {"Authorization": f"Bearer {self.client_token}"} if self.client_token else {}
 
     def down(self) -> tuple[EngineDown, ...]:
         """Every death, hang or lost server seen since launch (empty when all is well)."""
@@ -109,3 +114,8 @@ class PDPair:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def client_headers(target) -> dict[str, str]:
+    """``target.headers`` for a ``PDPair``; nothing for a bare URL."""
+    return target.headers if isinstance(target, PDPair) else {}

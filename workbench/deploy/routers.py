@@ -6,13 +6,20 @@ its HTTP port), probes workers (gRPC first, then ``/health``, ``/server_info``, 
 draws rooms with its own unseeded RNG, drops our ``X-Bootstrap-Room`` header and unknown request
 fields (``return_token_ids``), and passes the decode's body through: probes read the room from
 the completion id and token ids from ``logprobs``.
+
+Our PD servers register a room only for a holder of the deployment secret. Our router sends it
+as ``X-PD-Secret``. SGLang's router (0.3.2, measured) adds no credential of its own to proxied
+requests: it forwards the client's ``Authorization`` (and drops ``X-PD-Secret``); with
+``--api-key K`` it refuses clients without ``Bearer K``. So it runs with the secret as its API key
+and its clients send it (``RouterKind.client_auth``): the deployment is as closed as its router,
+and who may use that router holds the secret.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.registry import Registry
 
@@ -25,27 +32,26 @@ class RouterArgs:
     bootstrap_ports: tuple[int, ...]  # one per prefill
     decode: tuple[str, ...]
     seed: int
-    debug_token: str = ""
+    secret: str = field(default="", repr=False)  # the deployment's PD secret
 
 
 @dataclass(frozen=True)
 class RouterKind:
-    """How to start one router; ``ready`` is polled until it answers 200. ``seeded``: rooms
-    follow the launch seed (a replay by seeds numbers rooms alike). ``forwards_token_ids``: the
+    """How to start one router; ``ready`` is polled until it answers 200. ``forwards_token_ids``:
+    the
     router passes ``return_token_ids`` on (else the load asks for ``logprobs``, which costs the
     servers a log-softmax per token)."""
 
     name: str
     argv: Callable[[RouterArgs], list[str]]
     ready: str
-    seeded: bool
     forwards_token_ids: bool  # False: probes recover token ids from logprobs instead
+    client_auth: bool = False  # its clients send the deployment secret as a Bearer token
 
 
 def _embedded(a: RouterArgs) -> list[str]:
     return [sys.executable, "-m", "engine.router", "--host", a.host, "--port", str(a.port),
-            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed),
-            *(["--debug-token", a.debug_token] if a.debug_token else [])]
+            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed)]
 
 
 def _sglang(a: RouterArgs) -> list[str]:
@@ -57,11 +63,11 @@ def _sglang(a: RouterArgs) -> list[str]:
         argv += ["--prefill", url, str(port)]
     for url in a.decode:
         argv += ["--decode", url]
-    return argv
+    return argv + (["--api-key", a.secret] if a.secret else [])
 
 
 ROUTERS: Registry[RouterKind] = Registry("router")
-ROUTERS.register("embedded", RouterKind("embedded", _embedded, "/health", seeded=True,
+ROUTERS.register("embedded", RouterKind("embedded", _embedded, "/health",
                                         forwards_token_ids=True))
-ROUTERS.register("sglang", RouterKind("sglang", _sglang, "/readiness", seeded=False,
-                                      forwards_token_ids=False))
+ROUTERS.register("sglang", RouterKind("sglang", _sglang, "/readiness",
+                                      forwards_token_ids=False, client_auth=True))

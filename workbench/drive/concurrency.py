@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import polars as pl
 
-from workbench.deploy import Capability, EngineDown, PDPair, require
+from workbench.deploy import Capability, EngineDown, PDPair, client_headers, require
 from workbench.deploy.routers import ROUTERS
 from workbench.drive.load import LoadConfig, RequestRecord, SessionRunner
 from workbench.drive.progress import Progress
@@ -126,7 +126,8 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
 
     limits = httpx.Limits(max_connections=cfg.sessions + 8)
     timeout = httpx.Timeout(cfg.request_timeout_s)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=timeout,
+                                 headers=client_headers(target)) as client:
         runners = [SessionRunner(cfg, url, s, oracle, deadline, sink) for s in range(cfg.sessions)]
         await asyncio.gather(*(r.run(client) for r in runners))
     files = [f for fs in await asyncio.gather(*captures) for f in fs]

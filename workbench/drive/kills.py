@@ -18,19 +18,20 @@ def wedge_probe(pair: PDPair, timeout_s: float = 15.0, seed: int = 0) -> bool:
     body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
             "max_tokens": 4, **({"model": pair.model} if pair.model else {})}
     try:
-        r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=timeout_s)
+        r = httpx.post(pair.url + "/v1/chat/completions", json=body, timeout=timeout_s,
+                       headers=pair.headers)
     except httpx.HTTPError:  # timed out, or the router is gone: not served either way
         return False
     return r.status_code == 200
 
 
 async def _kill_storm(url: str, n: int, kill_at_s: float, seed: int, max_tokens: int,
-                      model: str | None) -> int:
+                      model: str | None, headers: dict[str, str]) -> int:
     tr = make_transcript(800_000 + seed)
     body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
             "max_tokens": max_tokens, "stream": True, **({"model": model} if model else {})}
     killed = 0
-    async with httpx.AsyncClient(timeout=60) as client:
+    async with httpx.AsyncClient(timeout=60, headers=headers) as client:
         async def one(i: int) -> None:
             nonlocal killed
             try:
@@ -51,4 +52,5 @@ def kill_storm(pair: PDPair, n: int = 5, kill_at_s: float = 0.8, seed: int = 0,
     Sized for a pair whose transfers are slowed (``transfer_fixed_ms``) so that the kills land
     while the decode waits for KV. Returns how many clients were killed before completion.
     """
-    return run_sync(_kill_storm(pair.url, n, kill_at_s, seed, max_tokens, pair.model))
+    return run_sync(_kill_storm(pair.url, n, kill_at_s, seed, max_tokens, pair.model,
+                                pair.headers))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import httpx
 import polars as pl
 
-from workbench.deploy import EngineDown, PDPair, lasting
+from workbench.deploy import EngineDown, PDPair, client_headers, lasting
 from workbench.drive.concurrency import LoadResult, wilson
 from workbench.drive.load import LoadConfig, chat_body
 from workbench.drive.progress import Progress
@@ -122,7 +122,7 @@ def _solo_runs(target, url: str, cfg: LoadConfig, keys: list, repeats: int, time
     the runs stop once the deployment's watch sees a process die or hang."""
     solo: dict[tuple[str, str], list[SoloRun]] = {}
     errors: list[str] = []
-    with httpx.Client(timeout=timeout_s) as client:
+    with httpx.Client(timeout=timeout_s, headers=client_headers(target)) as client:
         for messages, tools, session in keys:
             if isinstance(target, PDPair) and lasting(target.down()):
                 break
