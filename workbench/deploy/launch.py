@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.http import SECRET_ENV
+from engine.disagg.control import SECRET_ENV
 from workbench.deploy import vllm
 from workbench.deploy.backends import BACKENDS
 from workbench.deploy.pair import LaunchSpec, PDPair
