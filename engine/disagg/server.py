@@ -25,6 +25,8 @@ from engine.disagg.prefill import PrefillEngine, PrefillRoom
 from engine.disagg.rooms import DecodeRoom
 from engine.disagg.state import RoomState
 from engine.http import BadRequestError, UnauthorizedError, json_object
+from engine.http import error_response as error
+from engine.http.errors import CLIENT_CLOSED
 from engine.serving.admission import Admission
 from engine.serving.generation import Bootstrap, Generation
 from engine.serving.server import ChatServer
@@ -113,7 +115,8 @@ class PrefillServer(ChatServer):
         return await self._prefill(request, a)
 
     async def _prefill(self, request: Request, a: Admission):
-        """Runs the room's prompt and answers once its KV reached the decode (or failed)."""
+        """Runs the room's prompt and answers once its KV reached the decode (200), or the room
+        failed (502 with the reason; 499 when the router went away first)."""
         room = a.boot.room
         if room is None:
             return self._refuse(BadRequestError(
@@ -134,7 +137,16 @@ class PrefillServer(ChatServer):
         watcher = asyncio.create_task(self._watch(request, room, done))
         state = await done
         watcher.cancel()
-        return {"room": room, "state": state.name, "prompt_tokens": len(a.plan.ids),
+        return self._answer_room(room, state, gen, len(a.plan.ids))
+
+    def _answer_room(self, room: int, state: RoomState, gen: Generation, prompt_tokens: int):
+        reason = self.engine.states.reason(room) or ""
+        status = (200 if state is RoomState.SUCCESS else
+                  CLIENT_CLOSED if reason == "client disconnected" else 502)
+        self.metrics.inc("requests_total", status=str(status))
+        if status != 200:
+            return error(status, f"room {room} failed: {reason}")
+        return {"room": room, "state": state.name, "prompt_tokens": prompt_tokens,
                 "cached_tokens": gen.seq.num_cached}
 
     async def _watch(self, request: Request, room: int, done: asyncio.Future) -> None:

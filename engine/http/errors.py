@@ -103,6 +103,7 @@ def error_response(status: int, message: str, param: str | None = None) -> JSONR
 
 
 FAILURE_STATUS = {FailureKind.ENGINE: 500, FailureKind.PEER: 502, FailureKind.TIMEOUT: 504}
+CLIENT_CLOSED = 499  # nginx's status for a client that left before the answer (metrics, logs)
 
 
 def failure_response(failure: Failure) -> JSONResponse:

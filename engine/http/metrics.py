@@ -17,6 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.openmetrics import exposition as openmetrics
 
 disable_created_metrics()  # no per-series *_created gauges: one family per metric in both formats
+# the text format our bodies follow (every name is a legacy Prometheus name, so 0.0.4 holds)
+TEXT_CONTENT_TYPE = text_format.CONTENT_TYPE_PLAIN_0_0_4
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -28,7 +30,8 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "requests": Family("HTTP requests answered, by status", ("status",)),
+    "requests": Family("requests ended, by status (200 served; 4xx refused; 499 the client "
+                       "left; 5xx failed, also when the stream had started)", ("status",)),
     "responses": Family("chat responses, by whether DSML reached content", ("dsml_leaked",)),
     "upstream_errors": Family("router upstream failures", ("role", "server", "reason")),
     "internal_errors": Family("router internal errors"),
@@ -77,7 +80,7 @@ class Metrics:
         """(body, content type) for a scrape with ``Accept: accept``."""
         if "application/openmetrics-text" in accept:
             return openmetrics.generate_latest(self.registry), openmetrics.CONTENT_TYPE_LATEST
-        return text_format.generate_latest(self.registry), text_format.CONTENT_TYPE_LATEST
+        return text_format.generate_latest(self.registry), TEXT_CONTENT_TYPE
 
 
 class _GaugeCollector:

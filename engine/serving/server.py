@@ -18,7 +18,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engine.core import Engine, FinishReason, PromptTooLongError, SamplingParams
 from engine.http import BodyLimit, add_debug_routes
 from engine.http import error_response as error
-from engine.http.errors import BadRequestError, failure_event, failure_response
+from engine.http.errors import (
+    CLIENT_CLOSED,
+    FAILURE_STATUS,
+    BadRequestError,
+    failure_event,
+    failure_response,
+)
 from engine.http.metrics import Metrics, engine_gauges
 from engine.serving import native
 from engine.serving.admission import (
@@ -176,13 +182,13 @@ class ChatServer:
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
         req = parsed.req
-        self.metrics.inc("requests_total", status="200")
         gen.want_token_ids = req.return_token_ids
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(self.stream(gen, request, include_usage, req.logprobs),
-                                     media_type="text/event-stream", headers=headers)
+            events = self.stream(gen, request, include_usage, req.logprobs)
+            return StreamingResponse(self._counted(gen, events), media_type="text/event-stream",
+                                     headers=headers)
         return await self.complete(gen, request, req.logprobs, headers)
 
     async def generate(self, request: Request):
@@ -193,12 +199,13 @@ class ChatServer:
         except (BadRequestError, PromptTooLongError, ValueError) as exc:
             return self._refuse(exc)
         req = parsed.req
-        self.metrics.inc("requests_total", status="200")
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
-            return StreamingResponse(self.native_stream(gen, request, req.return_logprob),
-                                     media_type="text/event-stream", headers=headers)
+            events = self.native_stream(gen, request, req.return_logprob)
+            return StreamingResponse(self._counted(gen, events), media_type="text/event-stream",
+                                     headers=headers)
         await self._drain(gen, request)
+        self._count_end(gen)
         if gen.failure is not None:
             return failure_response(gen.failure)
         return JSONResponse(native.native_body(gen, req.return_logprob), headers=headers)
@@ -226,9 +233,29 @@ class ChatServer:
             if watcher is not None:
                 watcher.cancel()
 
+    def _count_end(self, gen: Generation) -> None:
+        """Counts a request once it ended: 200 served, the failure's status (500/502/504), or
+        499 when its client left (a stream closed before its end)."""
+        if gen.failure is not None:
+            status = FAILURE_STATUS[gen.failure.kind]
+        elif gen.finish_reason in (None, FinishReason.ABORT):
+            status = CLIENT_CLOSED
+        else:
+            status = 200
+        self.metrics.inc("requests_total", status=str(status))
+
+    async def _counted(self, gen: Generation, events):
+        """``events``, counted by ``_count_end`` however the stream ends."""
+        try:
+            async for event in events:
+                yield event
+        finally:
+            self._count_end(gen)
+
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:
         await self._drain(gen, request)
+        self._count_end(gen)
         if gen.failure is not None:
             return failure_response(gen.failure)
         self._observe(gen)

@@ -64,7 +64,7 @@ class ServerProcess:
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     health: str = "/health"
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # may hold secrets
     format_argv: bool = True
     cwd: Path | None = None  # run from this folder (a source tree), else the caller's
     stack_signal: bool = False  # it dumps its Python stacks on SIGUSR2 (ours, vLLM's site hook)
