@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from engine.core import Engine, FinishReason, PromptTooLongError, SamplingParams
 from engine.http import BodyLimit, add_debug_routes
 from engine.http import error_response as error
-from engine.http.errors import BadRequestError, failure_event, failure_response
+from engine.http.errors import BadRequestError, failure_event, failure_response, guarded_stream
 from engine.http.metrics import Metrics, engine_gauges
 from engine.serving import native
 from engine.serving.admission import (
@@ -175,8 +175,9 @@ class ChatServer:
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return StreamingResponse(self.stream(gen, request, include_usage, req.logprobs),
-                                     media_type="text/event-stream", headers=headers)
+            events = self.stream(gen, request, include_usage, req.logprobs)
+            return StreamingResponse(guarded_stream(events), media_type="text/event-stream",
+                                     headers=headers)
         return await self.complete(gen, request, req.logprobs, headers)
 
     async def generate(self, request: Request):
@@ -189,8 +190,9 @@ class ChatServer:
         self.metrics.inc("requests_total", status="200")
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
-            return StreamingResponse(self.native_stream(gen, request, req.return_logprob),
-                                     media_type="text/event-stream", headers=headers)
+            events = self.native_stream(gen, request, req.return_logprob)
+            return StreamingResponse(guarded_stream(events), media_type="text/event-stream",
+                                     headers=headers)
         await self._drain(gen, request)
         if gen.failure is not None:
             return failure_response(gen.failure)
