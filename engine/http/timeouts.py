@@ -54,6 +54,10 @@ class HeadDeadlineProtocol(H11Protocol):
         if not self._in_request():
             self._arm()
 
+    def handle_websocket_upgrade(self, event) -> None:
+        self._disarm()  # the connection now belongs to the websocket protocol
+        super().handle_websocket_upgrade(event)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
