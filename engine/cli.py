@@ -28,9 +28,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def serve(argv: list[str]) -> None:
-    import uvicorn
-
-    from engine.http import SERVER_KEEP_ALIVE_S
+    from engine.http.timeouts import run_server
 
     ap = argparse.ArgumentParser(prog="engine serve")
     ap.add_argument("--host", default="127.0.0.1")
@@ -64,8 +62,7 @@ def serve(argv: list[str]) -> None:
     faulthandler.register(signal.SIGUSR2, all_threads=False)
     engine.start()
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                    timeout_keep_alive=SERVER_KEEP_ALIVE_S)
+        run_server(app, args.host, args.port)
     finally:
         engine.stop()
 

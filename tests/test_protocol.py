@@ -238,6 +238,7 @@ def test_generate_requests_are_validated():
 
 @pytest.mark.parametrize("raw, why", [
     (b'{"a": NaN}', "NaN"), (b'{"a": -Infinity}', "Infinity"), (b'{"a": "\\ud800"}', "surrogate"),
+    (b'{"a": 1e999}', "non-finite number \\(1e999\\)"), (b'{"a": [-1E400]}', "non-finite"),
     (b'{"a":' + b"[" * 3000 + b"]" * 3000 + b"}", "not valid JSON"),
     (b'{"a":' + b"[" * 70 + b"]" * 70 + b"}", "deeper than 64"), (b"[1]", "JSON object")])
 def test_hostile_bodies_are_refused_with_a_reason(raw, why):

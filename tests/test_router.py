@@ -3,7 +3,8 @@
 ``tests/support/upstream_app.py`` plays prefill and decode: it records every body it gets (bootstrap
 fields included) and whether its client went away, and shows them at ``GET /seen``. Routers:
 ``main`` (seed 7) and ``twin`` (seed 7 too, but half its servers are a dead port) still draw
-different, unpredictable rooms; ``hasty`` (seed 11) times out after 1 s. Every wait is bounded, every process stopped.
+different, unpredictable rooms; ``hasty`` (seed 11) times out after 1 s. Every wait is bounded,
+every process stopped.
 """
 
 from __future__ import annotations

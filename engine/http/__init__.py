@@ -1,7 +1,9 @@
 """The HTTP toolkit the three servers share (the chat server, the router, the bootstrap service):
 the deployment secret, typed errors and their JSON bodies, body and keep-alive limits, Prometheus
 metrics, and the token-gated debug routes. Below ``serving``, ``router`` and ``disagg``; above
-``core`` (an error names a request's ``Failure``)."""
+``core`` (an error names a request's ``Failure``). ``engine.http.timeouts`` (the request-head
+deadline, and ``run_server``, with which every server CLI starts uvicorn) is imported on its own, so
+that importing this package does not import uvicorn."""
 
 from engine.http.auth import SECRET_ENV, SECRET_HEADER, presents_secret
 from engine.http.debug import add_debug_routes, check_access

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import re
+from collections.abc import AsyncIterator
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from engine.core.sequence import Failure, FailureKind
+
+log = logging.getLogger(__name__)
 
 
 class ErrorDetail(BaseModel):
@@ -60,8 +66,22 @@ class UnauthorizedError(BadRequestError):
 MAX_JSON_DEPTH = 64
 
 
+def _non_finite(text: str) -> BadRequestError:
+    return BadRequestError(f"request body holds a non-finite number ({text}): JSON numbers must "
+                           "be finite")
+
+
 def _no_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
+    raise _non_finite(name)
+
+
+def _finite_float(text: str) -> float:
+    """Python's json reads ``1e999`` as inf; a body must not smuggle one past the refusal of the
+    ``Infinity`` literal (the router answered 500 when re-encoding it)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise _non_finite(text[:40])
+    return value
 
 
 def _check_tree(value, depth: int = 0) -> None:
@@ -84,10 +104,12 @@ def _check_tree(value, depth: int = 0) -> None:
 
 def json_object(raw: bytes) -> dict:
     """``raw`` as a JSON object (server and router parse bodies here); raises BadRequestError
-    for invalid JSON, ``NaN``/``Infinity``, nesting deeper than ``MAX_JSON_DEPTH`` and lone
-    surrogates, so none of them can reach a handler as a 500."""
+    for invalid JSON, non-finite numbers (``NaN``, ``Infinity``, ``1e999``), nesting deeper than
+    ``MAX_JSON_DEPTH`` and lone surrogates, so none of them can reach a handler as a 500."""
     try:
-        body = json.loads(raw, parse_constant=_no_constant)
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except BadRequestError:
+        raise
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}"[:300]) from None
     if not isinstance(body, dict):
@@ -112,11 +134,34 @@ def failure_response(failure: Failure) -> JSONResponse:
     return error_response(FAILURE_STATUS[failure.kind], failure.message)
 
 
+SSE_DONE = "data: [DONE]\n\n"
+
+
+def stream_error(status: int, message: str, kind: str | None = None) -> str:
+    """The SSE events that end a stream broken after its 200 went out: an ``ErrorResponse`` body
+    (``code`` the status, ``type`` ``kind`` if given) and then ``[DONE]``, which ends every
+    stream, failed or not."""
+    body = ErrorResponse.of_status(status, message)
+    if kind is not None:
+        body.error.type = kind
+    return f"data: {json.dumps(body.model_dump())}\n\n{SSE_DONE}"
+
+
 def failure_event(failure: Failure) -> str:
-    """The SSE event that ends a stream an internal failure broke (the status as ``code``),
-    followed by ``[DONE]``."""
-    body = ErrorResponse.of_status(FAILURE_STATUS[failure.kind], failure.message)
-    return f"data: {json.dumps(body.model_dump())}\n\ndata: [DONE]\n\n"
+    """``stream_error`` for a stream an internal failure broke (500, 502 or 504)."""
+    return stream_error(FAILURE_STATUS[failure.kind], failure.message)
+
+
+async def guarded_stream(events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``events``; should they raise, the stream still ends as the API promises, with a 500
+    ``stream_error`` (the traceback is logged) rather than a cut connection."""
+    async with contextlib.aclosing(events):
+        try:
+            async for event in events:
+                yield event
+        except Exception:
+            log.exception("stream failed mid-way")
+            yield stream_error(500, "internal error while streaming")
 
 
 def validation_error_message(exc: ValidationError) -> str:

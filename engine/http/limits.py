@@ -1,10 +1,12 @@
 """Request-size limit (ASGI middleware) and HTTP keep-alive times, shared by the servers and the
-router."""
+router. The connection deadlines are in ``engine.http.timeouts``."""
 
 from __future__ import annotations
 
 import json
+import logging
 
+log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 # A server closes a connection idle this long (uvicorn's timeout_keep_alive) ...
 SERVER_KEEP_ALIVE_S = 5
@@ -18,7 +20,9 @@ class BodyLimit:
     """Answers 413 to a request whose body exceeds ``max_bytes``, before any handler runs.
 
     A declared ``Content-Length`` over the limit is refused without reading; otherwise the body
-    is read here (at most ``max_bytes + 1`` bytes are held) and replayed to the application.
+    is read here (at most ``max_bytes + 1`` bytes are held) and replayed to the application. A
+    client that leaves before its body is in is logged at INFO and gets nothing; the application
+    never sees the request.
     """
 
     def __init__(self, app, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
@@ -35,8 +39,8 @@ class BodyLimit:
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
-            if message["type"] != "http.request":
-                return await self.app(scope, _replay([message], receive), send)
+            if message["type"] == "http.disconnect":
+                return _log_gone(scope, size)
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
@@ -53,6 +57,13 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
+
+
+def _log_gone(scope, size: int) -> None:
+    # nothing to answer and nothing broke: the application never sees the request (it would
+    # raise starlette's ClientDisconnect, which uvicorn logs as an unhandled traceback)
+    log.info("client left during the upload of %s %s after %d bytes", scope["method"],
+             scope["path"], size)
 
 
 def _replay(messages: list[dict], receive):

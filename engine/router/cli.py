@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 
-from engine.http import SECRET_ENV, SERVER_KEEP_ALIVE_S
+from engine.http import SECRET_ENV
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
 
@@ -17,7 +17,7 @@ log = logging.getLogger("engine.router")
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m engine.router``."""
-    import uvicorn
+    from engine.http.timeouts import run_server
 
     ap = argparse.ArgumentParser(prog="engine.router", description="PD router: one "
                                  "OpenAI-compatible front door over prefill/decode pools")
@@ -49,6 +49,5 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     log.info("router on %s:%d: %s", args.host, args.port, cfg)
     faulthandler.register(signal.SIGUSR2, all_threads=False)  # stacks for a watcher (SIGUSR2)
-    uvicorn.run(create_app(cfg), host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=2, timeout_keep_alive=SERVER_KEEP_ALIVE_S)
+    run_server(create_app(cfg), args.host, args.port, timeout_graceful_shutdown=2)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
+
+from engine.http.errors import stream_error
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the answer
 
@@ -48,15 +49,17 @@ def passthrough(resp: httpx.Response, headers: dict[str, str]) -> Response:
                     media_type=resp.headers.get("content-type"))
 
 
-def stream_error_event(status: int, message: str) -> bytes:
-    """An OpenAI-style SSE error event: a stream that breaks says so instead of just ending."""
-    body = {"error": {"message": message, "type": "upstream_error", "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+def complete_events(buf: bytes) -> int:
+    """How many leading bytes of ``buf`` are whole SSE events (each ends with a blank line)."""
+    ends = [i + len(sep) for sep in (b"\n\n", b"\r\n\r\n") if (i := buf.rfind(sep)) >= 0]
+    return max(ends, default=0)
 
 
 class DecodeStream(StreamingResponse):
-    """Decode's SSE bytes, unchanged; however the stream ends (done, upstream error, client
-    gone) it closes the decode response and settles the request with ``on_close(status)``."""
+    """Decode's SSE bytes, unchanged, forwarded whole event by whole event; however the stream
+    ends (done, upstream error, client gone) it closes the decode response and settles the
+    request with ``on_close(status)``. If decode breaks mid-stream, the event it was cut inside
+    is dropped and the client gets an ``upstream_error`` event and ``[DONE]`` instead."""
 
     def __init__(self, resp: httpx.Response, on_close: Callable[[int], None],
                  on_error: Callable[[httpx.HTTPError], None], headers: dict[str, str]) -> None:
@@ -65,14 +68,21 @@ class DecodeStream(StreamingResponse):
         super().__init__(self._chunks(), headers=headers, media_type="text/event-stream")
 
     async def _chunks(self) -> AsyncIterator[bytes]:
+        pending = b""  # the start of an event not yet complete
         try:
             async for chunk in self.upstream.aiter_bytes():
-                yield chunk
+                pending += chunk
+                if cut := complete_events(pending):
+                    yield pending[:cut]
+                    pending = pending[cut:]
             self.status = self.upstream.status_code
+            if pending:
+                yield pending
         except httpx.HTTPError as exc:
             self._on_error(exc)
             self.status = 502
-            yield stream_error_event(502, f"decode stream broke: {type(exc).__name__}")
+            message = f"decode stream broke: {type(exc).__name__}"
+            yield stream_error(502, message, "upstream_error").encode()
 
     async def __call__(self, scope, receive, send) -> None:
         try:

@@ -13,9 +13,9 @@ import logging
 import time
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from engine.core import Engine, FinishReason, PromptTooLongError, SamplingParams
+from engine.core import Engine, FinishReason, PromptTooLongError
 from engine.http import BodyLimit, add_debug_routes
 from engine.http import error_response as error
 from engine.http.errors import (
@@ -24,6 +24,7 @@ from engine.http.errors import (
     BadRequestError,
     failure_event,
     failure_response,
+    guarded_stream,
 )
 from engine.http.metrics import Metrics, engine_gauges
 from engine.serving import native
@@ -34,7 +35,8 @@ from engine.serving.admission import (
     admit_chat_body,
     admit_native_body,
 )
-from engine.serving.generation import Generation, PromptPlan
+from engine.serving.generation import Generation
+from engine.serving.info import MODEL_NAME, InfoRoutes
 from engine.serving.logprobs import choice_logprobs
 from engine.serving.responses import (
     ChatCompletion,
@@ -54,7 +56,6 @@ from engine.serving.responses import FinishReason as FinishReasonOut
 from engine.text.parsers import NO_CALLS, ToolParser, get_parser
 
 log = logging.getLogger(__name__)
-MODEL_NAME = "tiny-deepseek"
 
 
 def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
@@ -71,7 +72,7 @@ def usage(gen: Generation) -> Usage:
                  prompt_tokens_details=PromptTokensDetails(cached_tokens=gen.num_cached))
 
 
-class ChatServer:
+class ChatServer(InfoRoutes):
     mode: native.DisaggMode = "null"
 
     def __init__(self, engine: Engine, debug_token: str | None = None, port: int = 0, *,
@@ -86,52 +87,7 @@ class ChatServer:
         add_debug_routes(self.app, engine, debug_token, debug_open)
         self.app.post("/v1/chat/completions")(self.chat)
         self.app.post("/generate")(self.generate)
-        self.app.get("/v1/models")(self.models)
-        self.app.get("/health")(self.health)
-        self.app.get("/health_generate")(self.health_generate)
-        self.app.get("/metrics")(self.prometheus)
-        for path in ("/server_info", "/get_server_info"):
-            self.app.get(path)(self.server_info)
-        for path in ("/model_info", "/get_model_info"):
-            self.app.get(path)(self.model_info)
-        self.app.get("/get_load")(self.get_load)
-
-    async def models(self) -> dict:
-        return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model",
-                                            "owned_by": "pd-workbench", "created": 0}]}
-
-    async def health(self):
-        """200 while the engine loop runs; 503 once it died (a router stops sending here)."""
-        if not self.engine.alive:
-            return error(503, "engine loop is not running")
-        return {"status": "ok"}
-
-    async def health_generate(self) -> JSONResponse:
-        """200 once the engine loop answers (the single role also generates one token)."""
-        try:
-            if self.mode == "null":
-                tk = self.engine.tokenizer
-                gen = Generation(self.engine, PromptPlan([tk.bos_id], "", []),
-                                 SamplingParams(max_tokens=1)).start()
-                await asyncio.wait_for(self._drain(gen, None), 20.0)
-            else:
-                await asyncio.to_thread(self.engine.on_loop, lambda: True, 10.0)
-        except (TimeoutError, asyncio.TimeoutError):
-            return error(503, "engine loop did not answer")
-        return JSONResponse({"status": "ok"})
-
-    async def server_info(self) -> dict:
-        return native.server_info(self.engine, self.mode, self.port)
-
-    async def model_info(self) -> dict:
-        return native.model_info(self.engine)
-
-    async def get_load(self) -> list:
-        return await asyncio.to_thread(self.engine.on_loop, lambda: native.load_info(self.engine))
-
-    async def prometheus(self, request: Request) -> Response:
-        body, content_type = self.metrics.render(request.headers.get("accept", ""))
-        return Response(body, media_type=content_type)
+        self.add_info_routes()
 
     def _observe(self, gen: Generation) -> None:
         """Latency histograms of a finished generation (arrival, first and last token)."""
@@ -187,8 +143,8 @@ class ChatServer:
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             events = self.stream(gen, request, include_usage, req.logprobs)
-            return StreamingResponse(self._counted(gen, events), media_type="text/event-stream",
-                                     headers=headers)
+            return StreamingResponse(guarded_stream(self._counted(gen, events)),
+                                     media_type="text/event-stream", headers=headers)
         return await self.complete(gen, request, req.logprobs, headers)
 
     async def generate(self, request: Request):
@@ -202,8 +158,8 @@ class ChatServer:
         headers = native.unsupported_headers(req.unsupported())
         if req.stream:
             events = self.native_stream(gen, request, req.return_logprob)
-            return StreamingResponse(self._counted(gen, events), media_type="text/event-stream",
-                                     headers=headers)
+            return StreamingResponse(guarded_stream(self._counted(gen, events)),
+                                     media_type="text/event-stream", headers=headers)
         await self._drain(gen, request)
         self._count_end(gen)
         if gen.failure is not None:
@@ -233,10 +189,12 @@ class ChatServer:
             if watcher is not None:
                 watcher.cancel()
 
-    def _count_end(self, gen: Generation) -> None:
+    def _count_end(self, gen: Generation, status: int | None = None) -> None:
         """Counts a request once it ended: 200 served, the failure's status (500/502/504), or
-        499 when its client left (a stream closed before its end)."""
-        if gen.failure is not None:
+        499 when its client left (a stream closed before its end); ``status`` overrides."""
+        if status is not None:
+            pass
+        elif gen.failure is not None:
             status = FAILURE_STATUS[gen.failure.kind]
         elif gen.finish_reason in (None, FinishReason.ABORT):
             status = CLIENT_CLOSED
@@ -245,12 +203,16 @@ class ChatServer:
         self.metrics.inc("requests_total", status=str(status))
 
     async def _counted(self, gen: Generation, events):
-        """``events``, counted by ``_count_end`` however the stream ends."""
+        """``events``, counted by ``_count_end`` however the stream ends (500 if it raised)."""
+        status = None
         try:
             async for event in events:
                 yield event
+        except Exception:
+            status = 500
+            raise
         finally:
-            self._count_end(gen)
+            self._count_end(gen, status)
 
     async def complete(self, gen: Generation, request: Request, logprobs: bool = False,
                        headers: dict | None = None) -> JSONResponse:

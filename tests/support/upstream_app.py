@@ -2,9 +2,9 @@
 
 ``python tests/support/upstream_app.py --port P --name NAME``. Body knobs: ``delay_s``
 (non-streaming: sleep before answering, watching for the client to leave), ``chunks`` and
-``chunk_delay_s`` (streaming), ``status`` (answer that error status). ``GET /seen`` lists the
-requests in arrival order with their bodies and whether each finished or saw its client disconnect
-first.
+``chunk_delay_s`` (streaming), ``break_after`` (streaming: cut the connection inside event number
+``break_after``), ``status`` (answer that error status). ``GET /seen`` lists the requests in
+arrival order with their bodies and whether each finished or saw its client disconnect first.
 """
 
 from __future__ import annotations
@@ -44,10 +44,18 @@ async def sleep_unless_gone(request: Request, seconds: float) -> bool:
     return True
 
 
+class StreamBroke(RuntimeError):
+    """Raised mid-stream (``break_after``): uvicorn then cuts the connection mid-body."""
+
+
 async def stream(name: str, seen: Seen):
     try:
         for i in range(int(seen.body.get("chunks", 3))):
             await asyncio.sleep(float(seen.body.get("chunk_delay_s", 0.02)))
+            if i == seen.body.get("break_after"):
+                yield sse_chunk(name, seen.body, i)[:12]  # half an event, then the cut
+                await asyncio.sleep(0.05)
+                raise StreamBroke(f"{name} broke its stream after {i} events")
             yield sse_chunk(name, seen.body, i)
         yield "data: [DONE]\n\n"
         seen.done = True
