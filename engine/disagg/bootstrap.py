@@ -64,8 +64,9 @@ class BootstrapClient:
     def send_prealloc(self, url: str, msg: Prealloc) -> None:
         self._outbox(url).put(Outgoing(url, "/disagg/prealloc", msg.to_json()))
 
-    def send_abort(self, url: str, room: int) -> None:
-        self._outbox(url).put(Outgoing(url, "/disagg/abort", {"room": room}))
+    def send_abort(self, url: str, room: int, client: bool = False) -> None:
+        """Tells the prefill to drop ``room``; ``client``: because its client left."""
+        self._outbox(url).put(Outgoing(url, "/disagg/abort", {"room": room, "client": client}))
 
     def _outbox(self, url: str) -> queue.Queue[Outgoing]:
         with self._lock:

@@ -294,7 +294,7 @@ class DecodeEngine(DecodeViews, Engine):
         self.states.fail(room.room, CLIENT_ABORT)
         log.info("room %d aborted by client in %s", room.room,
                  "prealloc" if room in self.prealloc else "transfer")
-        self.bootstrap.send_abort(room.prefill_url, room.room)
+        self.bootstrap.send_abort(room.prefill_url, room.room, client=True)
         if room in self.prealloc:
             self.prealloc.remove(room)
             self._emit_end(room.seq)

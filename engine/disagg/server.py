@@ -22,7 +22,7 @@ from engine.disagg.control import RejectedPrealloc, presents_secret, require_sec
 from engine.disagg.decode import DecodeEngine
 from engine.disagg.messages import Prealloc
 from engine.disagg.prefill import PrefillEngine, PrefillRoom
-from engine.disagg.rooms import DecodeRoom
+from engine.disagg.rooms import CLIENT_ABORT, DecodeRoom
 from engine.disagg.state import RoomState
 from engine.http import BadRequestError, UnauthorizedError, json_object
 from engine.http import error_response as error
@@ -92,7 +92,7 @@ class PrefillServer(ChatServer):
         room = body.get("room")
         if not isinstance(room, int) or isinstance(room, bool) or not 0 <= room < 2**63:
             raise HTTPException(400, "abort: body needs an integer room")
-        self.engine.abort_room(room, "decode abort")
+        self.engine.abort_room(room, CLIENT_ABORT if body.get("client") is True else "decode abort")
         return {"ok": True}
 
     def authorize(self, request: Request) -> None:
@@ -142,7 +142,7 @@ class PrefillServer(ChatServer):
     def _answer_room(self, room: int, state: RoomState, gen: Generation, prompt_tokens: int):
         reason = self.engine.states.reason(room) or ""
         status = (200 if state is RoomState.SUCCESS else
-                  CLIENT_CLOSED if reason == "client disconnected" else 502)
+                  CLIENT_CLOSED if reason == CLIENT_ABORT else 502)
         self.metrics.inc("requests_total", status=str(status))
         if status != 200:
             return error(status, f"room {room} failed: {reason}")
@@ -152,7 +152,7 @@ class PrefillServer(ChatServer):
     async def _watch(self, request: Request, room: int, done: asyncio.Future) -> None:
         while not done.done():
             if await request.is_disconnected():
-                self.engine.abort_room(room, "client disconnected")
+                self.engine.abort_room(room, CLIENT_ABORT)
                 return
             await asyncio.sleep(0.05)
 

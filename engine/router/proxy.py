@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -55,15 +56,31 @@ def complete_events(buf: bytes) -> int:
     return max(ends, default=0)
 
 
+def error_status(events: bytes) -> int | None:
+    """The status an SSE ``error`` event among ``events`` carries as its ``code`` (500 when it
+    names none); None when there is no error event."""
+    for line in events.splitlines():
+        if line.startswith(b'data: {"error"'):
+            try:
+                code = json.loads(line[6:])["error"].get("code")
+            except (ValueError, AttributeError):
+                code = None
+            return code if isinstance(code, int) and code >= 400 else 500
+    return None
+
+
 class DecodeStream(StreamingResponse):
     """Decode's SSE bytes, unchanged, forwarded whole event by whole event; however the stream
     ends (done, upstream error, client gone) it closes the decode response and settles the
-    request with ``on_close(status)``. If decode breaks mid-stream, the event it was cut inside
-    is dropped and the client gets an ``upstream_error`` event and ``[DONE]`` instead."""
+    request with ``on_close(status)``: the decode's status, or the ``code`` of an error event
+    it streamed (a stream that ended in an error is not a success). If decode breaks mid-stream,
+    the event it was cut inside is dropped and the client gets an ``upstream_error`` event and
+    ``[DONE]`` instead."""
 
     def __init__(self, resp: httpx.Response, on_close: Callable[[int], None],
                  on_error: Callable[[httpx.HTTPError], None], headers: dict[str, str]) -> None:
         self.upstream, self.status = resp, CLIENT_CLOSED
+        self._streamed_error: int | None = None
         self._on_close, self._on_error = on_close, on_error
         super().__init__(self._chunks(), headers=headers, media_type="text/event-stream")
 
@@ -73,9 +90,10 @@ class DecodeStream(StreamingResponse):
             async for chunk in self.upstream.aiter_bytes():
                 pending += chunk
                 if cut := complete_events(pending):
+                    self._streamed_error = self._streamed_error or error_status(pending[:cut])
                     yield pending[:cut]
                     pending = pending[cut:]
-            self.status = self.upstream.status_code
+            self.status = self._streamed_error or self.upstream.status_code
             if pending:
                 yield pending
         except httpx.HTTPError as exc:

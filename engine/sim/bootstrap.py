@@ -41,7 +41,7 @@ class SimBootstrap:
     def send_prealloc(self, url: str, msg: Prealloc) -> None:
         self._outbox(url).put(Message(url, msg.room, msg))
 
-    def send_abort(self, url: str, room: int) -> None:
+    def send_abort(self, url: str, room: int, client: bool = False) -> None:
         self._outbox(url).put(Message(url, room, None))
 
     def dead_since(self, url: str) -> float | None:
