@@ -1,13 +1,14 @@
 """Soak: a fixed PD pair under hundreds of sessions with client kills, then its leftovers.
 
-Run ``python -m bench.soak [--sessions 256] [--rounds 2] [--kill-fraction 0.25] [--quick]``.
-Each round is one seeded load (``inject_concurrency``, oracle on) of ``sessions`` sessions x 2
-turns in which ``kill_fraction`` of the requests are cancelled by their client mid-flight. After
-the last round the pair drains (``workbench.observe.evidence.settle``). Printed: requests served and
-judged correct, client errors by kind, pages and rooms left per role, the transfer-state tables'
-sizes, and each process's resident memory before the first round, after the first and after the
-last (growth after the first round is what a leak looks like; the first round warms caches).
-The ratio is served-correct / requests that were not killed.
+Run ``python -m bench.soak [--sessions 256] [--rounds 2] [--kill-fraction 0.25] [--quick]``. Each
+round is one seeded load (``inject_concurrency``, oracle on: every answer is compared with its solo
+greedy reference, and an HTTP 200 that differs is a corrupted answer, the first figure printed) of
+``sessions`` sessions x 2 turns in which ``kill_fraction`` of the requests are cancelled by their
+client mid-flight. After the last round the pair drains (``workbench.observe.evidence.settle``).
+Printed: requests served and judged correct, client errors by kind, pages and rooms left per role,
+the transfer-state tables' sizes, and each process's resident memory before the first round, after
+the first and after the last (growth after the first round is what a leak looks like; the first
+round warms caches). The ratio is served-correct / requests that were not killed.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def _rss(pair: PDPair) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class SoakResult:
+    corrupted: int  # answered 200 whose greedy tokens differ from the solo reference's
     sessions: int
     rounds: int
     requests: int
@@ -62,7 +64,8 @@ class SoakResult:
     def table_row(self) -> TableRow:
         growth = max((end - first for _, first, end in self.rss_mib.values()), default=0.0)
         errs = sum(self.errors.values())
-        measured = (f"{self.sessions} sessions x {self.rounds} rounds with kills: "
+        measured = (f"{self.corrupted} corrupted answers; "
+                    f"{self.sessions} sessions x {self.rounds} rounds with kills: "
                     f"{self.served_correct}/{self.not_killed} served correct, {self.flagged} "
                     f"flagged, {errs} errors, {sum(self.left.values())} pages/rooms left, max RSS "
                     f"growth after round 1 {growth:.0f} MiB")
@@ -80,7 +83,7 @@ def measure(sessions: int = 256, rounds: int = 2, kill_fraction: float = 0.25, s
             max_tokens: int = 64, log_dir: Path | None = None) -> SoakResult:
     t0 = time.monotonic()
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="pdwb-soak-"))
-    requests = killed = correct = flagged = 0
+    requests = killed = correct = flagged = corrupted = 0
     errors: Counter = Counter()
     with launch_pd_pair(log_dir=log_dir / "logs") as pair:
         rss = {k: [v] for k, v in _rss(pair).items()}
@@ -94,6 +97,8 @@ def measure(sessions: int = 256, rounds: int = 2, kill_fraction: float = 0.25, s
             correct += int((~df["killed"] & (df["status"] == 200) & (df["error"] == "")
                             & ~df["flagged"]).sum())
             errors += _errors(df)
+            corrupted += int((~df["killed"] & (df["status"] == 200)
+                              & (df["v_ref_match"] == False)).sum())  # noqa: E712 - polars
             log.info("soak round %d: %s", r, s)
             if r == 0:
                 for k, v in _rss(pair).items():
@@ -103,12 +108,14 @@ def measure(sessions: int = 256, rounds: int = 2, kill_fraction: float = 0.25, s
                   for srv in [*pair.prefill, *pair.decode]}
         for k, v in _rss(pair).items():
             rss[k].append(v)
-    return SoakResult(sessions, rounds, requests, killed, correct, flagged, dict(errors),
-                      drain.left, tables, {k: (v[0], v[1], v[-1]) for k, v in rss.items()},
+    return SoakResult(corrupted, sessions, rounds, requests, killed, correct, flagged,
+                      dict(errors), drain.left, tables, {k: (v[0], v[1], v[-1]) for k, v in rss.items()},
                       round(time.monotonic() - t0, 1))
 
 
 def report(res: SoakResult) -> None:
+    print(f"corrupted answers (200 with tokens other than the solo greedy reference's): "
+          f"{res.corrupted}")
     print(f"{res.sessions} sessions x 2 turns x {res.rounds} rounds: {res.requests} requests, "
           f"{res.killed} killed by their client, {res.served_correct} of the other "
           f"{res.not_killed} served and judged correct, {res.flagged} flagged")

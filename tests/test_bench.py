@@ -75,12 +75,13 @@ def test_info_bound_is_log2_n_for_a_deterministic_bug_and_grows_as_the_rate_fall
 def test_soak_row_counts_served_correct_over_requests_not_killed():
     from bench.soak import SoakResult
 
-    res = SoakResult(256, 2, 1000, 250, 740, 0, {"502: KV transfer failed": 10}, {}, {"d": 3},
+    res = SoakResult(1, 256, 2, 1000, 250, 740, 0, {"502: KV transfer failed": 10}, {}, {"d": 3},
                      {"decode0": (900.0, 1000.0, 1010.0), "prefill0": (800.0, 850.0, 849.0)},
                      600.0)
     row = res.table_row()
     assert res.not_killed == 750 and row.ratio == 740 / 750
     assert "10 errors" in row.measured and "growth after round 1 10 MiB" in row.measured
+    assert row.measured.startswith("1 corrupted answers")
 
 
 def test_sim_row_is_sim_over_real_time_to_first_failure():

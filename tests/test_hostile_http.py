@@ -149,3 +149,48 @@ def test_a_client_leaving_mid_upload_is_logged_quietly(servers, name):
     text = proc.log_path.read_text(errors="replace")[offset:]
     assert "Traceback" not in text and "ClientDisconnect" not in text, text
     assert httpx.get(proc.url + "/health", timeout=10).status_code == 200
+
+
+def _hostile_bodies(port: int) -> list[bytes]:
+    """Bodies a hostile or careless client sends: broken JSON, non-finite and huge numbers,
+    wrong types for every field a PD request reads, bootstrap fields out of range."""
+    boot = {"bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 12345}
+    msg = [{"role": "user", "content": "hi"}]
+    fields = [("messages", "hi"), ("messages", [{"role": "wizard", "content": "x"}]),
+              ("messages", [{"role": "user"}]), ("messages", [{"role": "user", "content": 5}]),
+              ("messages", []), ("max_tokens", -1), ("max_tokens", 2**70), ("max_tokens", "9"),
+              ("max_tokens", 1.5), ("temperature", -1), ("temperature", 1e308), ("top_p", 2),
+              ("n", 2), ("stop", ["x"] * 10_000), ("stream", "yes"), ("logprobs", "yes"),
+              ("top_logprobs", 99), ("tools", [{"type": "function"}]), ("tools", "all"),
+              ("tool_choice", {"type": "function", "function": {"name": 5}}), ("seed", 2**80),
+              ("bootstrap_room", -1), ("bootstrap_room", 2**64), ("bootstrap_room", "7"),
+              ("bootstrap_port", 70_000), ("bootstrap_host", "::::"), ("response_format", 7),
+              ("messages", [{"role": "user", "content": "\x00" * 1000}])]
+    bodies = [json.dumps({"messages": msg, **boot, k: v}).encode() for k, v in fields]
+    return bodies + [b"", b"{", b"null", b"[]", b'{"messages": NaN}', b'{"max_tokens": 1e999}',
+                     b'{"a":' + b"[" * 100 + b"]" * 100 + b"}", b'{"a": "\\udc00"}',
+                     b"\xff\xfe\x00", json.dumps({"messages": msg, "temperature": 1e999}
+                                                 ).encode().replace(b"Infinity", b"1e999")]
+
+
+@pytest.mark.parametrize("name", ["router", "prefill", "decode"])
+def test_hostile_bodies_get_4xx_and_the_server_keeps_serving(servers, name):
+    """With the deployment secret, so the PD servers' parsers see every body (without it they
+    answer 401 before reading it)."""
+    from engine.http import SECRET_ENV, SECRET_HEADER
+
+    srv, prefill = servers[name], servers["prefill"]
+    auth = {SECRET_HEADER: prefill.env[SECRET_ENV], "content-type": "application/json"}
+    answers = {}
+    with httpx.Client(timeout=30, headers=auth) as c:
+        for raw in _hostile_bodies(prefill.port):
+            try:
+                answers[raw[:60]] = c.post(srv.url + "/v1/chat/completions", content=raw,
+                                           timeout=3).status_code
+            except httpx.TimeoutException:
+                answers[raw[:60]] = 0  # accepted and waiting on its room: not an error
+    assert {k: s for k, s in answers.items() if s >= 500} == {}
+    assert sum(400 <= s < 500 for s in answers.values()) >= len(answers) - 4
+    ok = httpx.post(servers["router"].url + "/v1/chat/completions",
+                    json={"messages": MESSAGES, "max_tokens": 4}, timeout=60)
+    assert ok.status_code == 200

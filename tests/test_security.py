@@ -11,7 +11,10 @@ the prefill and the decode, and no log of the deployment holds its secret or deb
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -111,3 +114,28 @@ def test_every_role_counts_each_request_once_by_how_it_ended(tmp_path):
     assert set(logs) >= {"prefill0.log", "decode0.log", "router.log"}
     leaked = [(name, s[:6]) for name, text in logs.items() for s in secrets if s in text]
     assert leaked == []
+
+
+def test_a_paused_then_resumed_prefill_is_left_holding_no_room(tmp_path):
+    """A prefill stopped for 10 s under load: the decode gives up its rooms (heartbeats, the
+    bootstrap timeout), keeps the aborts it could not deliver and sends them once the prefill
+    answers again, so nothing waits for the 300 s bootstrap timeout."""
+    with launch_pd_pair(log_dir=tmp_path) as pair:
+        p = pair.prefill[0]
+        with ThreadPoolExecutor(8) as pool:
+            futs = [pool.submit(httpx.post, pair.url + "/v1/chat/completions",
+                                json=body(20 + i, 120), timeout=90) for i in range(8)]
+            time.sleep(0.2)
+            os.kill(p.proc.pid, signal.SIGSTOP)
+            time.sleep(10)
+            os.kill(p.proc.pid, signal.SIGCONT)
+            statuses = sorted(f.result().status_code for f in futs)
+        left, deadline = None, time.monotonic() + 30
+        while time.monotonic() < deadline:
+            left = pair.debug("/debug/queues", p)
+            if not (left["bootstrap"] or left["waiting"] or left["inflight"]):
+                break
+            time.sleep(0.5)
+        assert not (left["bootstrap"] or left["waiting"] or left["inflight"]), (left, statuses)
+        r = httpx.post(pair.url + "/v1/chat/completions", json=body(40), timeout=60)
+        assert r.status_code == 200, r.text
