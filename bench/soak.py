@@ -109,7 +109,8 @@ def measure(sessions: int = 256, rounds: int = 2, kill_fraction: float = 0.25, s
         for k, v in _rss(pair).items():
             rss[k].append(v)
     return SoakResult(corrupted, sessions, rounds, requests, killed, correct, flagged,
-                      dict(errors), drain.left, tables, {k: (v[0], v[1], v[-1]) for k, v in rss.items()},
+                      dict(errors), drain.left, tables,
+                      {k: (v[0], v[1], v[-1]) for k, v in rss.items()},
                       round(time.monotonic() - t0, 1))
 
 
