@@ -83,17 +83,23 @@ NON_FINITE = [b"1e999", b"-1e999", b"NaN", b"Infinity", b"-Infinity"]
 
 @pytest.mark.parametrize("name", ["single", "prefill", "decode", "router"])
 def test_non_finite_numbers_are_400_naming_the_problem(servers, name):
+    """PD servers are asked with the deployment secret (without it they answer 401 unread)."""
+    from engine.http import SECRET_ENV, SECRET_HEADER
+
     messages = json.dumps(MESSAGES).encode()
+    auth = {SECRET_HEADER: servers["prefill"].env[SECRET_ENV]}
     for number in NON_FINITE:
         for raw in (b'{"messages": %s, "temperature": %s}' % (messages, number),
                     b'{"messages": %s, "x": {"y": [1, %s]}}' % (messages, number)):
-            resp = httpx.post(servers[name].url + "/v1/chat/completions", content=raw, timeout=30)
+            resp = httpx.post(servers[name].url + "/v1/chat/completions", content=raw, timeout=30,
+                              headers=auth)
             assert resp.status_code == 400, (name, raw, resp.text)
             error = resp.json()["error"]
             assert "non-finite number" in error["message"] and error["code"] == 400, error
     native = b'{"text": "hi", "sampling_params": {"temperature": 1e999}}'
     if name != "router":
-        assert httpx.post(servers[name].url + "/generate", content=native).status_code == 400
+        assert httpx.post(servers[name].url + "/generate", content=native,
+                          headers=auth).status_code == 400
 
 
 def _events(resp: httpx.Response) -> list[str]:

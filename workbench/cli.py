@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -34,7 +35,8 @@ def _pair_from_state(path: str):
     return attach(st["router"], prefill=st["prefill"], decode=st["decode"],
                   patches=st["patches"], engine=st["engine"], faults=st["faults"],
                   log_dir=st["log_dir"], backend=st.get("backend", "embedded"),
-                  model=st.get("model"))
+                  model=st.get("model"), debug_token=st.get("debug_token"),
+                  client_token=st.get("client_token", ""))
 
 
 def cmd_up(args) -> None:
@@ -46,9 +48,13 @@ def cmd_up(args) -> None:
     state = {"router": pair.url, "prefill": [s.url for s in pair.prefill],
              "decode": [s.url for s in pair.decode], "patches": list(pair.spec.patches),
              "engine": pair.spec.engine, "faults": pair.spec.faults, "log_dir": str(pair.log_dir),
-             "backend": pair.backend.name, "model": pair.model}
+             "backend": pair.backend.name, "model": pair.model,
+             "debug_token": pair.spec.debug_token, "client_token": pair.client_token}
     Path(args.state).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.state).write_text(json.dumps(state, indent=1))
+    # the pair's tokens are in it: readable by its owner only
+    fd = os.open(args.state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(state, indent=1))
     log.info("PD pair up at %s; state in %s; Ctrl-C stops it", pair.url, args.state)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -40,6 +40,7 @@ from engine.disagg.messages import (
     Aux,
     PeerIdentity,
     Prealloc,
+    PreallocSigner,
     Tag,
     TagKind,
 )
@@ -77,7 +78,7 @@ class DecodeEngine(DecodeViews, Engine):
         self.identity = PeerIdentity(self.endpoint.name, secrets.token_bytes(32))
         self.bootstrap = (bootstrap or functools.partial(BootstrapClient, secret=secret))(
             self.endpoint, on_failed=self.states_fail, identity=self.identity)
-        self._prealloc_seq = 0
+        self.signer = PreallocSigner(self.identity)
         self.unsettled: dict[int, DecodeRoom] = {}  # decoding before their prefill's done
         self.refused: set[int] = set()  # rooms whose prealloc the prefill refused
         self.prealloc: deque[DecodeRoom] = deque()
@@ -104,13 +105,8 @@ class DecodeEngine(DecodeViews, Engine):
         ``refused``: the prefill refused its prealloc, so it will never write those pages and
         they are freed at once."""
         if not refused:
-            self.states.fail(room, reason)
-            return
-
-        def fail() -> None:
-            self.refused.add(room)
-            self.states.fail(room, reason)
-        self.call_soon(fail)
+            return self.states.fail(room, reason)
+        self.call_soon(lambda: (self.refused.add(room), self.states.fail(room, reason)))
 
     # ---- engine thread ----
     def poll(self) -> None:
@@ -139,12 +135,9 @@ class DecodeEngine(DecodeViews, Engine):
         """The room's prealloc, valid for ``waiting_timeout_s`` (the room fails then anyway);
         its pages are not reused before ``writable_until`` unless the prefill dropped it."""
         n = pages_for(len(room.seq.prompt), self.cfg.page_size)
-        self._prealloc_seq += 1
-        ttl = self.waiting_timeout_s
-        room.writable_until = self.runtime.monotonic() + ttl + CLOCK_SKEW_S
-        msg = Prealloc(room.room, self.identity.name, room.seq.pages[:n], room.aux_slot,
-                       self._prealloc_seq, self.runtime.wall(), ttl)
-        return msg.signed(self.identity.key)
+        room.writable_until = self.runtime.monotonic() + self.waiting_timeout_s + CLOCK_SKEW_S
+        return self.signer.sign(room.room, room.seq.pages[:n], room.aux_slot,
+                                self.runtime.wall(), self.waiting_timeout_s)
 
     def _drain_notifications(self) -> None:
         for note in self.endpoint.notifications():
@@ -155,12 +148,15 @@ class DecodeEngine(DecodeViews, Engine):
                 self.transfer[t.room].arrived.add(t)
             elif t.room in self.quarantine:
                 if t.kind in (TagKind.DONE, TagKind.FAILED):
+                    if self.quarantine[t.room].decoded:  # its state was cleared at decode
+                        self.pd_hooks.stray_tag(self, t)
                     self._free_quarantined(t.room)
                     self._settle(t.room)
                 else:
                     self.quarantined_writes += 1  # landed in quarantined pages: harmless
             elif t.room in self.unsettled:
                 if t.kind in (TagKind.DONE, TagKind.FAILED):
+                    self.pd_hooks.stray_tag(self, t)  # its state was cleared at decode
                     room = self.unsettled.pop(t.room)
                     self.pd_hooks.release_aux(self.free_aux, room.aux_slot)
                     self._settle(t.room)

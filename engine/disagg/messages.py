@@ -140,3 +140,17 @@ class Tag:
             return cls(int(room), TagKind.LAYER, int(what[1:]))
         kind = next((k for k in TagKind if k is not TagKind.LAYER and k.value == what), None)
         return cls(int(room), kind) if kind else None
+
+
+class PreallocSigner:
+    """Numbers (``seq`` strictly increases) and signs one decode's preallocs."""
+
+    def __init__(self, identity: PeerIdentity) -> None:
+        self.identity = identity
+        self._seq = 0
+
+    def sign(self, room: int, pages: list[int], aux_slot: int, issued_at: float,
+             ttl_s: float) -> Prealloc:
+        self._seq += 1
+        msg = Prealloc(room, self.identity.name, pages, aux_slot, self._seq, issued_at, ttl_s)
+        return msg.signed(self.identity.key)

@@ -13,7 +13,8 @@ class DecodeHooks:
     """Decisions of the decode engine's transfer queue, correct by default."""
 
     def stray_tag(self, decode, tag) -> None:
-        """A DONE/FAILED tag for a room no entry, quarantine or settled record knows: dropped."""
+        """A DONE/FAILED tag for a room whose transfer state was cleared: it decoded before
+        its prefill's done, or no entry, quarantine or settled record knows it. Dropped."""
 
     def on_waiting_timeout(self, decode, room) -> bool:
         """After a room timed out waiting for its KV: True when the hook finished it."""

@@ -181,7 +181,7 @@ def _stop(servers: list[ServerProcess]) -> None:
 def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
            decode: tuple[str, ...] | list[str] = (), backend: str = "embedded", patches=(),
            engine: dict | None = None, faults: dict | None = None,
-           debug_token: str | None = None, model: str | None = None,
+           debug_token: str | None = None, client_token: str = "", model: str | None = None,
            log_dir: str | Path | None = None, timeout_s: float = 10.0) -> PDPair:
     """A ``PDPair`` handle on a deployment that is already running at ``url`` (its router).
 
@@ -191,7 +191,8 @@ def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
     ``decode`` name the servers behind the router (for probes reading their debug routes, dumps
     or metrics); ``model`` is the name requests carry; ``patches``, ``engine`` and ``faults``
     describe what ours run (for the in-process reference); ``debug_token`` is the one its servers
-    were started with (default ``$PDWB_DEBUG_TOKEN``). Raises ``LaunchError`` when ``url``
+    were started with (default ``$PDWB_DEBUG_TOKEN``); ``client_token`` the Bearer token its
+    router wants from clients (SGLang's router's ``--api-key``). Raises ``LaunchError`` when ``url``
     does not answer ``/health`` in ``timeout_s``.
     """
     info = BACKENDS.get(backend)
@@ -203,7 +204,7 @@ def attach(url: str, *, prefill: tuple[str, ...] | list[str] = (),
     _wait_all([router], timeout_s)
     return PDPair(spec, [_running(f"prefill{i}", u, log_dir) for i, u in enumerate(prefill)],
                   [_running(f"decode{i}", u, log_dir) for i, u in enumerate(decode)], router,
-                  log_dir, info, model).start_watch()
+                  log_dir, info, model, client_token=client_token).start_watch()
 
 
 def _running(name: str, url: str, log_dir: Path) -> ServerProcess:
