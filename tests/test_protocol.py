@@ -25,7 +25,7 @@ from engine.serving.responses import (
     Usage,
 )
 from engine.serving.responses import Choice as RespChoice
-from engine.text import ToolSpec, parse_tool_calls, render_prompt
+from engine.text import Schema, ToolSpec, parse_tool_calls, render_prompt
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -51,7 +51,8 @@ def test_valid_request_parses_with_defaults():
     assert req.model == "tiny-deepseek" and req.temperature == 0 and req.top_p == 1
     assert req.max_tokens == 64 and req.stop == ["\n"] and req.n == 1 and not req.stream
     assert req.messages[1].content == "weather in Paris?"
-    assert tool_specs(req) == [ToolSpec("get_weather", (("city", "str"), ("days", "int")))]
+    assert tool_specs(req) == [ToolSpec("get_weather", (("city", Schema.of("str")),
+                                                        ("days", Schema.of("int"))))]
     prompt = render_prompt(req.message_dicts(), tool_specs(req))
     assert "get_weather(city:str, days:int)" in prompt and "Paris?" in prompt
 
