@@ -70,6 +70,14 @@ def test_full_request_round_trip():
     assert tool_specs(ChatCompletionRequest.model_validate({"messages": MESSAGES[:2]})) == []
 
 
+PROPS = "tools[0].function.parameters.properties"
+
+
+def _schema(properties: dict, **keywords) -> dict:
+    return {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": properties, **keywords}}}]}
+
+
 BAD_REQUESTS = {
     "unknown_field": ({"logit_bias": {}}, "logit_bias"),
     "empty_messages": ({"messages": []}, "messages"),
@@ -91,9 +99,29 @@ BAD_REQUESTS = {
     "schema_bad_prop_type": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "tuple"}}}}}]},
         "tools[0].function.parameters.properties.x.type"),
-    "schema_prop_without_type": ({"tools": [{"type": "function", "function": {
-        "name": "f", "parameters": {"properties": {"x": {}}}}}]},
-        "tools[0].function.parameters.properties.x.type"),
+    "schema_empty_type_list": (_schema({"x": {"type": []}}), f"{PROPS}.x.type"),
+    "schema_repeated_type": (_schema({"x": {"type": ["string", "string"]}}), f"{PROPS}.x.type"),
+    "schema_type_not_a_name": (_schema({"x": {"type": 3}}), f"{PROPS}.x.type"),
+    "schema_prop_not_object": (_schema({"x": "string"}), f"{PROPS}.x"),
+    "schema_nested_bad_type": (_schema({"x": {"type": "array", "items": {"type": "tuple"}}}),
+                               f"{PROPS}.x.items.type"),
+    "schema_deep_bad_type": (_schema({"x": {"properties": {"y": {"items": [{"type": "int"}]}}}}),
+                             f"{PROPS}.x.properties.y.items[0].type"),
+    "schema_anyof_empty": (_schema({"x": {"anyOf": []}}), f"{PROPS}.x.anyOf"),
+    "schema_anyof_bad_member": (_schema({"x": {"anyOf": [{"type": "integer"}, {"type": "nil"}]}}),
+                                f"{PROPS}.x.anyOf[1].type"),
+    "schema_enum_empty": (_schema({"x": {"enum": []}}), f"{PROPS}.x.enum"),
+    "schema_enum_not_list": (_schema({"x": {"enum": "a"}}), f"{PROPS}.x.enum"),
+    "schema_additional_bad": (_schema({"x": {"additionalProperties": "yes"}}),
+                              f"{PROPS}.x.additionalProperties"),
+    "schema_nested_required_unknown": (_schema({"x": {"properties": {"a": {}}, "required": ["b"]}}),
+                                       f"{PROPS}.x"),
+    "schema_ref_unresolved": (_schema({"x": {"$ref": "#/$defs/Nope"}}, **{"$defs": {"A": {}}}),
+                              "tools[0].function.parameters"),
+    "schema_ref_remote": (_schema({"x": {"items": {"$ref": "https://x/s.json"}}}),
+                          "tools[0].function.parameters"),
+    "schema_defs_bad": (_schema({}, **{"$defs": {"A": {"type": "tuple"}}}),
+                        "tools[0].function.parameters.$defs.A.type"),
     "schema_required_unknown": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"properties": {}, "required": ["x"]}}}]},
         "tools[0].function.parameters"),
