@@ -23,9 +23,12 @@ from engine.serving.responses import (
     ResponseMessage,
     ToolCallOut,
     Usage,
+    delta_of,
 )
 from engine.serving.responses import Choice as RespChoice
 from engine.text import Schema, ToolSpec, parse_tool_calls, render_prompt
+from engine.text.dsml import ToolCallDelta
+from engine.text.parsers import get_parser
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -304,3 +307,32 @@ def test_tool_choice_none_passes_markup_through_as_content():
     assert (r.content, r.calls, r.leaked) == (text, (), True)
     s = NO_CALLS.streamer(None)
     assert [e.text for c in text for e in s.feed(c)] == list(text) and s.result() == r
+
+
+NAMELESS = ('<｜DSML｜function_calls>\n<｜DSML｜invoke name=" ">\n<｜DSML｜parameter name="city" '
+            'string="true">Oslo</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>')
+
+
+@pytest.mark.parametrize("mode", ["sglang", "sglang-leaky"])
+def test_sglang_modes_stream_a_nameless_call_with_neither_name_nor_id(mode):
+    """SGLang's detectors stream ``name=" "`` as a call named ``""``; its serving_chat (0.5.15 and
+    0.5.23) sends an id and a name only ``if call_item.name``."""
+    parser = get_parser(mode)
+    stream = parser.streamer([ToolSpec("get_weather", (("city", Schema.of("str")),))])
+    deltas = [delta_of(e, parser.serving) for e in stream.feed(NAMELESS) + stream.finish()]
+    calls = [c for d in deltas for c in d.tool_calls or []]
+    assert calls and all(c.id is None and c.type is None for c in calls)
+    assert all(c.function.name is None for c in calls)
+    assert "".join(c.function.arguments for c in calls) == '{"city": "Oslo"}'
+    chunk = ChatCompletionChunk(id="c", created=1, model="m", choices=[ChunkChoice(
+        delta=deltas[-1])])
+    assert SDKChunk.model_validate(chunk.model_dump()).choices[0].delta.tool_calls[0].id is None
+
+
+def test_other_modes_keep_sending_an_empty_name_with_its_id():
+    head = ToolCallDelta(0, "call_0_x", "", "")
+    for mode in ("strict", "vllm"):
+        call = delta_of(head, get_parser(mode).serving).tool_calls[0]
+        assert (call.id, call.type, call.function.name) == ("call_0_x", "function", "")
+    assert (get_parser("sglang").serving.empty_content, get_parser("vllm").serving.empty_content,
+            get_parser("strict").serving.empty_content) == ("", None, None)
