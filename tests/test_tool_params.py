@@ -43,6 +43,7 @@ ACCEPTED = {
                               "next": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}}}}),
     "definitions_and_root_ref": tool({"x": {"$ref": "#/definitions/B"}, "y": {"$ref": "#"}},
                                      definitions={"B": {"enum": ["p", "q"]}}),
+    "escaped_ref": tool({"x": {"$ref": "#/$defs/a~1b~0c"}}, **{"$defs": {"a/b~c": {}}}),
     "extra_keywords": tool({"x": {"type": "string", "format": "date", "maxLength": 9,
                                   "examples": ["2024-01-01"]}}, title="F", description="d"),
 }

@@ -57,8 +57,9 @@ Nodes = Annotated[list["PropertySchema"], Field(min_length=1)]
 
 
 def _branch(v: Any) -> str:
-    return "one[bool]" if isinstance(v, bool) else "one[list]" if isinstance(v, list) else (
-        "one[node]")
+    if isinstance(v, bool):
+        return "one[bool]"
+    return "one[list]" if isinstance(v, list) else "one[node]"
 
 
 # Unions picked by the value's JSON type: only that branch is checked, so an error names the
@@ -67,6 +68,7 @@ def _branch(v: Any) -> str:
 Node = Annotated["PropertySchema", Tag("one[node]")]
 Items = Annotated[Node | Annotated[Nodes, Tag("one[list]")], Discriminator(_branch)]
 Extra = Annotated[Annotated[bool, Tag("one[bool]")] | Node, Discriminator(_branch)]
+
 
 class PropertySchema(_Schema):
     """One schema node of a parameter. Invariants after validation: ``type`` is a known JSON
@@ -151,6 +153,7 @@ class ParametersSchema(_Schema):
         if ref == "#":
             return True
         for prefix, table in (("#/$defs/", self.defs), ("#/definitions/", self.definitions)):
-            if ref.startswith(prefix) and ref[len(prefix):] in (table or {}):
+            name = ref[len(prefix):].replace("~1", "/").replace("~0", "~")  # JSON pointer escapes
+            if ref.startswith(prefix) and name in (table or {}):
                 return True
         return False
