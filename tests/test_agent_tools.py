@@ -165,3 +165,16 @@ def test_a_streamed_agent_loop_runs_the_tools_and_answers_with_their_results(ser
         answer = stream(sdk, messages)
         assert not answer.calls and result in answer.content, answer
         messages.append({"role": "assistant", "content": answer.content})
+
+
+def test_a_malformed_schema_is_a_400_naming_the_param(served):
+    bad = openai.pydantic_function_tool(GetRoute, name="get_route")
+    bad["function"]["parameters"]["$defs"]["Stop"]["properties"]["minutes"] = {
+        "anyOf": [{"type": "int"}, {"type": "null"}]}
+    with pytest.raises(openai.BadRequestError) as info:
+        served.client().chat.completions.create(model="m", messages=ask("hi"), tools=[bad])
+    assert info.value.body["message"].startswith(
+        "tools[0].function.parameters.$defs.Stop.properties.minutes.anyOf[0].type: unknown type "
+        "'int'")
+    assert served.client().chat.completions.create(
+        model="m", messages=ask("hi"), tools=TOOLS, max_tokens=4).choices
