@@ -17,11 +17,13 @@ from engine.text.dsml import (
     parse_tool_calls,
     tool_call_id,
 )
+from engine.text.tool_schema import Schema
 
 WEATHER = ToolCall("get_weather", {"city": "Paris", "n": 3})
 SEARCH = ToolCall("search", {"q": 'say "hi"\nnow', "opts": {"k": [1, 2.5, None]}, "ok": True})
-TOOLS = [ToolSpec("get_weather", (("city", "str"), ("n", "int"))),
-         ToolSpec("search", (("q", "str"), ("opts", "str"), ("ok", "bool")))]
+TOOLS = [ToolSpec("get_weather", (("city", Schema.of("str")), ("n", Schema.of("int")))),
+         ToolSpec("search", (("q", Schema.of("str")), ("opts", Schema.of("str")),
+                             ("ok", Schema.of("bool"))))]
 
 
 def block(*calls: ToolCall) -> str:

@@ -23,9 +23,12 @@ from engine.serving.responses import (
     ResponseMessage,
     ToolCallOut,
     Usage,
+    delta_of,
 )
 from engine.serving.responses import Choice as RespChoice
-from engine.text import ToolSpec, parse_tool_calls, render_prompt
+from engine.text import Schema, ToolSpec, parse_tool_calls, render_prompt
+from engine.text.dsml import ToolCallDelta
+from engine.text.parsers import get_parser
 
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
@@ -51,7 +54,8 @@ def test_valid_request_parses_with_defaults():
     assert req.model == "tiny-deepseek" and req.temperature == 0 and req.top_p == 1
     assert req.max_tokens == 64 and req.stop == ["\n"] and req.n == 1 and not req.stream
     assert req.messages[1].content == "weather in Paris?"
-    assert tool_specs(req) == [ToolSpec("get_weather", (("city", "str"), ("days", "int")))]
+    assert tool_specs(req) == [ToolSpec("get_weather", (("city", Schema.of("str")),
+                                                        ("days", Schema.of("int"))))]
     prompt = render_prompt(req.message_dicts(), tool_specs(req))
     assert "get_weather(city:str, days:int)" in prompt and "Paris?" in prompt
 
@@ -67,6 +71,14 @@ def test_full_request_round_trip():
         req = ChatCompletionRequest.model_validate(request(tool_choice=choice))
         assert req.tool_choice == choice
     assert tool_specs(ChatCompletionRequest.model_validate({"messages": MESSAGES[:2]})) == []
+
+
+PROPS = "tools[0].function.parameters.properties"
+
+
+def _schema(properties: dict, **keywords) -> dict:
+    return {"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": properties, **keywords}}}]}
 
 
 BAD_REQUESTS = {
@@ -90,9 +102,29 @@ BAD_REQUESTS = {
     "schema_bad_prop_type": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "tuple"}}}}}]},
         "tools[0].function.parameters.properties.x.type"),
-    "schema_prop_without_type": ({"tools": [{"type": "function", "function": {
-        "name": "f", "parameters": {"properties": {"x": {}}}}}]},
-        "tools[0].function.parameters.properties.x.type"),
+    "schema_empty_type_list": (_schema({"x": {"type": []}}), f"{PROPS}.x.type"),
+    "schema_repeated_type": (_schema({"x": {"type": ["string", "string"]}}), f"{PROPS}.x.type"),
+    "schema_type_not_a_name": (_schema({"x": {"type": 3}}), f"{PROPS}.x.type"),
+    "schema_prop_not_object": (_schema({"x": "string"}), f"{PROPS}.x"),
+    "schema_nested_bad_type": (_schema({"x": {"type": "array", "items": {"type": "tuple"}}}),
+                               f"{PROPS}.x.items.type"),
+    "schema_deep_bad_type": (_schema({"x": {"properties": {"y": {"items": [{"type": "int"}]}}}}),
+                             f"{PROPS}.x.properties.y.items[0].type"),
+    "schema_anyof_empty": (_schema({"x": {"anyOf": []}}), f"{PROPS}.x.anyOf"),
+    "schema_anyof_bad_member": (_schema({"x": {"anyOf": [{"type": "integer"}, {"type": "nil"}]}}),
+                                f"{PROPS}.x.anyOf[1].type"),
+    "schema_enum_empty": (_schema({"x": {"enum": []}}), f"{PROPS}.x.enum"),
+    "schema_enum_not_list": (_schema({"x": {"enum": "a"}}), f"{PROPS}.x.enum"),
+    "schema_additional_bad": (_schema({"x": {"additionalProperties": "yes"}}),
+                              f"{PROPS}.x.additionalProperties"),
+    "schema_nested_required_unknown": (_schema({"x": {"properties": {"a": {}}, "required": ["b"]}}),
+                                       f"{PROPS}.x"),
+    "schema_ref_unresolved": (_schema({"x": {"$ref": "#/$defs/Nope"}}, **{"$defs": {"A": {}}}),
+                              "tools[0].function.parameters"),
+    "schema_ref_remote": (_schema({"x": {"items": {"$ref": "https://x/s.json"}}}),
+                          "tools[0].function.parameters"),
+    "schema_defs_bad": (_schema({}, **{"$defs": {"A": {"type": "tuple"}}}),
+                        "tools[0].function.parameters.$defs.A.type"),
     "schema_required_unknown": ({"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"properties": {}, "required": ["x"]}}}]},
         "tools[0].function.parameters"),
@@ -276,3 +308,32 @@ def test_tool_choice_none_passes_markup_through_as_content():
     assert (r.content, r.calls, r.leaked) == (text, (), True)
     s = NO_CALLS.streamer(None)
     assert [e.text for c in text for e in s.feed(c)] == list(text) and s.result() == r
+
+
+NAMELESS = ('<｜DSML｜function_calls>\n<｜DSML｜invoke name=" ">\n<｜DSML｜parameter name="city" '
+            'string="true">Oslo</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>')
+
+
+@pytest.mark.parametrize("mode", ["sglang", "sglang-leaky"])
+def test_sglang_modes_stream_a_nameless_call_with_neither_name_nor_id(mode):
+    """SGLang's detectors stream ``name=" "`` as a call named ``""``; its serving_chat (0.5.15 and
+    0.5.23) sends an id and a name only ``if call_item.name``."""
+    parser = get_parser(mode)
+    stream = parser.streamer([ToolSpec("get_weather", (("city", Schema.of("str")),))])
+    deltas = [delta_of(e, parser.serving) for e in stream.feed(NAMELESS) + stream.finish()]
+    calls = [c for d in deltas for c in d.tool_calls or []]
+    assert calls and all(c.id is None and c.type is None for c in calls)
+    assert all(c.function.name is None for c in calls)
+    assert "".join(c.function.arguments for c in calls) == '{"city": "Oslo"}'
+    chunk = ChatCompletionChunk(id="c", created=1, model="m", choices=[ChunkChoice(
+        delta=deltas[-1])])
+    assert SDKChunk.model_validate(chunk.model_dump()).choices[0].delta.tool_calls[0].id is None
+
+
+def test_other_modes_keep_sending_an_empty_name_with_its_id():
+    head = ToolCallDelta(0, "call_0_x", "", "")
+    for mode in ("strict", "vllm"):
+        call = delta_of(head, get_parser(mode).serving).tool_calls[0]
+        assert (call.id, call.type, call.function.name) == ("call_0_x", "function", "")
+    assert (get_parser("sglang").serving.empty_content, get_parser("vllm").serving.empty_content,
+            get_parser("strict").serving.empty_content) == ("", None, None)

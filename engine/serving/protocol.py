@@ -21,8 +21,9 @@ from pydantic import (
 )
 
 from engine.http.errors import BadRequestError, json_object, validation_error_message
+from engine.serving.tool_params import ParametersSchema
 from engine.text import ToolSpec
-from engine.text.dsml import PARAM_NAME_PATTERN, TOOL_NAME_PATTERN
+from engine.text.dsml import TOOL_NAME_PATTERN
 
 DEFAULT_MODEL = "tiny-deepseek"
 MAX_TOKENS_LIMIT = 4096
@@ -30,11 +31,6 @@ MAX_TOKENS_LIMIT = 4096
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class _Schema(BaseModel):
-    """JSON-schema fragments: known keywords are checked, other keywords are kept."""
-    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class FunctionCallIn(_Request):
@@ -89,25 +85,6 @@ class Message(_Request):
             raise ValueError("tool_calls is only allowed on assistant messages")
         if self.tool_call_id is not None and self.role != "tool":
             raise ValueError("tool_call_id is only allowed on tool messages")
-        return self
-
-
-class PropertySchema(_Schema):
-    type: Literal["string", "integer", "number", "boolean", "array", "object"]
-    description: str | None = None
-
-
-class ParametersSchema(_Schema):
-    type: Literal["object"] = "object"
-    properties: dict[Annotated[str, Field(pattern=f"^{PARAM_NAME_PATTERN}$")], PropertySchema] = (
-        Field(default_factory=dict))
-    required: list[str] | None = None
-
-    @model_validator(mode="after")
-    def _required_known(self) -> ParametersSchema:
-        missing = [r for r in self.required or [] if r not in self.properties]
-        if missing:
-            raise ValueError(f"required names unknown property {missing[0]!r}")
         return self
 
 
@@ -244,7 +221,8 @@ class ChatCompletionRequest(_Request):
 
 def tool_specs(req: ChatCompletionRequest) -> list[ToolSpec]:
     """The request's tools as ``ToolSpec`` (empty when no tools are declared)."""
-    return [ToolSpec.from_openai(t.model_dump(exclude_none=True)) for t in req.tools or []]
+    return [ToolSpec.from_openai(t.model_dump(exclude_none=True, by_alias=True))
+            for t in req.tools or []]
 
 
 def parse_chat_request(raw: bytes) -> ChatCompletionRequest:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, model_serializer
 
 from engine.text import ToolCall
 from engine.text.dsml import ContentDelta, ToolCallDelta, arguments_json, tool_call_id
+from engine.text.parsers import OPENAI_SERVING, ServingRules
 
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
 ROOM_RID = re.compile(r"room-(\d+)")
@@ -168,12 +169,13 @@ def tool_calls_out(calls: Sequence[ToolCall]) -> list[ToolCallOut] | None:
     return out or None
 
 
-def delta_of(ev: ContentDelta | ToolCallDelta) -> Delta:
-    """A stream parser's event as a chunk delta; a call's first delta carries its id and type."""
+def delta_of(ev: ContentDelta | ToolCallDelta, rules: ServingRules = OPENAI_SERVING) -> Delta:
+    """A stream parser's event as a chunk delta; a call's first delta carries its id, name and
+    type (under ``rules.drop_empty_name`` only when the name is not empty)."""
     if isinstance(ev, ContentDelta):
         return Delta(content=ev.text)
-    fn = DeltaFunction(name=ev.name, arguments=ev.arguments)
-    first = ev.name is not None
+    first = ev.name is not None and (ev.name != "" or not rules.drop_empty_name)
+    fn = DeltaFunction(name=ev.name if first else None, arguments=ev.arguments)
     call = DeltaToolCall(index=ev.index, function=fn, id=ev.id if first else None,
                          type="function" if first else None)
     return Delta(tool_calls=[call])

@@ -223,7 +223,7 @@ class ChatServer(InfoRoutes):
         self._observe(gen)
         parsed = self._parser(gen).parse(gen.text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
-        message = ResponseMessage(content=parsed.content or None,
+        message = ResponseMessage(content=parsed.content or self.parser.serving.empty_content,
                                   tool_calls=tool_calls_out(parsed.calls))
         choice = Choice(message=message, dsml_leaked=parsed.leaked,
                         finish_reason=finish_reason(gen, bool(parsed.calls)),
@@ -269,13 +269,13 @@ class ChatServer(InfoRoutes):
         async for _ in gen.events():
             pending.append(gen.take_text())
             for d in det.feed("".join(pending)):
-                yield chunk(delta_of(d))
+                yield chunk(delta_of(d, self.parser.serving))
             pending = []
         if gen.failure is not None:
             yield failure_event(gen.failure)
             return
         for d in det.feed("".join([*pending, gen.take_text(final=True)])) + det.finish():
-            yield chunk(delta_of(d))
+            yield chunk(delta_of(d, self.parser.serving))
         self._observe(gen)
         self._count_leak(det.leaked)
         yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)

@@ -10,35 +10,32 @@ import json
 from dataclasses import dataclass, field
 
 from engine.text import tokenizer as T
-
-SCHEMA_TYPES = {"string": "str", "integer": "int", "number": "num", "boolean": "bool",
-                "array": "arr", "object": "obj"}
+from engine.text.tool_schema import Schema
 
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A callable tool: name and ordered (parameter, short type) pairs."""
+    """A callable tool: its name and ordered ``(parameter, Schema)`` pairs (nested types kept,
+    see ``engine.text.tool_schema``). Parameter names are unique (a JSON object's keys)."""
 
     name: str
-    params: tuple[tuple[str, str], ...]
+    params: tuple[tuple[str, Schema], ...]
 
     @classmethod
     def from_openai(cls, tool: dict) -> ToolSpec:
         fn = tool["function"]
         props = (fn.get("parameters") or {}).get("properties") or {}
-        params = tuple((k, SCHEMA_TYPES.get(v.get("type", "string"), "str"))
-                       for k, v in props.items())
-        return cls(name=fn["name"], params=params)
+        return cls(name=fn["name"], params=tuple((k, Schema.from_json(v))
+                                                 for k, v in props.items()))
 
     def to_openai(self) -> dict:
-        inv = {v: k for k, v in SCHEMA_TYPES.items()}
-        props = {p: {"type": inv[t]} for p, t in self.params}
+        props = {p: s.to_json() for p, s in self.params}
         return {"type": "function", "function": {
             "name": self.name, "parameters": {"type": "object", "properties": props,
                                               "required": [p for p, _ in self.params]}}}
 
     def signature(self) -> str:
-        return f"{self.name}(" + ", ".join(f"{p}:{t}" for p, t in self.params) + ")"
+        return f"{self.name}(" + ", ".join(f"{p}:{s.short}" for p, s in self.params) + ")"
 
 
 @dataclass(frozen=True)

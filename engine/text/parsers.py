@@ -13,7 +13,9 @@
 
 Each variant gives ``parse(text, tools) -> ParseResult`` and ``streamer(tools)``, an object with
 ``feed(delta) -> [StreamEvent]``, ``finish() -> [StreamEvent]``, ``calls``, ``leaked`` and
-``result()``.
+``result()``, and the ``ServingRules`` of the server it reproduces (both SGLang variants: an
+empty content is ``""``, a call streamed with an empty name carries no name and no id, as
+SGLang 0.5.15 and 0.5.23's ``serving_chat`` do).
 """
 
 from __future__ import annotations
@@ -52,11 +54,28 @@ class StreamParser(Protocol):
 
 
 @dataclass(frozen=True)
+class ServingRules:
+    """How the chat serving a variant comes from shapes what the parse gives.
+
+    ``empty_content``: a message's content when the parse leaves none (``None``: JSON null, as
+    OpenAI and vLLM send; SGLang sends ``""``). ``drop_empty_name``: a streamed call whose name
+    is empty goes out with neither name nor id (SGLang sends both only for a non-empty name)."""
+
+    empty_content: str | None = None
+    drop_empty_name: bool = False
+
+
+OPENAI_SERVING = ServingRules()  # vLLM 0.32 too, for tool_choice auto
+SGLANG_SERVING = ServingRules(empty_content="", drop_empty_name=True)
+
+
+@dataclass(frozen=True)
 class ToolParser:
     name: str
     parse: Callable[[str, list[ToolSpec] | None], ParseResult]
     streamer: Callable[[list[ToolSpec] | None], StreamParser]
     description: str
+    serving: ServingRules = OPENAI_SERVING
 
 
 def parse_nothing(text: str, tools: list[ToolSpec] | None) -> ParseResult:
@@ -95,10 +114,12 @@ PARSERS.register("strict", ToolParser(
     "ours: malformed blocks go to content with dsml_leaked; stream == one-shot"))
 PARSERS.register("sglang", ToolParser(
     "sglang", parse_sglang, SGLangStreamParser,
-    "SGLang 0.5.21-0.5.23 DeepSeekV32Detector: fail-closed, malformed markup is dropped"))
+    "SGLang 0.5.21-0.5.23 DeepSeekV32Detector: fail-closed, malformed markup is dropped",
+    SGLANG_SERVING))
 PARSERS.register("sglang-leaky", ToolParser(
     "sglang-leaky", parse_sglang_leaky, SGLangLeakyStreamParser,
-    "SGLang 0.5.15 DeepSeekV32Detector: no call parsed -> the whole text, DSML too, is content"))
+    "SGLang 0.5.15 DeepSeekV32Detector: no call parsed -> the whole text, DSML too, is content",
+    SGLANG_SERVING))
 PARSERS.register("vllm", ToolParser(
     "vllm", parse_vllm, VllmStreamParser,
     "vLLM 0.32 DeepSeekV32 engine parser: prose before the first opener, truncated and unknown "

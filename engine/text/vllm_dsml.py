@@ -23,8 +23,12 @@ Its rules, as measured (they differ from ``strict`` and ``sglang`` on purpose):
   one counts only while streaming); ``string="true"`` values are raw and unstripped, others are
   ``json.loads`` (NaN and infinities allowed) or else the raw text; the last duplicate wins.
   Values are then coerced to the tool's schema types (non-strings become strings for a
-  ``string`` parameter, NaN and infinities strings for a number or integer); a lone
-  ``arguments``/``input`` wrapper parameter is unwrapped.
+  ``string`` parameter, NaN and infinities strings for a number or integer; a type list or
+  union tries ``null``, integer, number, boolean, object, array, string in turn), objects and
+  arrays in place through their node's own ``properties``/``items`` (a ``$ref`` is not
+  followed: ``engine.text.tool_schema``); a lone ``arguments``/``input`` wrapper parameter is
+  unwrapped. A string-only parameter's value (``string``, a string ``enum``, a bare ``$ref``)
+  streams open.
 - Streaming: arguments are re-derived when a piece of call text containing ``>`` arrives and
   the stable JSON prefix is sent (a string value of a string parameter streams open); at the
   end of the call the rest is sent only if the final JSON extends what was sent. So a call whose
@@ -51,12 +55,12 @@ from engine.text.dsml import (
     tool_call_id,
 )
 from engine.text.dsml_grammar import has_marker
+from engine.text.tool_schema import Schema
 from engine.text.vllm_dsml_lexer import Event, Frontend, Machine, safe_prefix
 from engine.text.vllm_dsml_values import (
-    JSON_TYPE,
     NAME_KEY,
     Delta,
-    coerce,
+    coerce_object,
     dsml_arguments,
     loads_value,
     name_and_args,
@@ -74,9 +78,9 @@ class _Core:
     """vLLM's event-to-delta bookkeeping: call slots, argument streaming, held content."""
 
     def __init__(self, tools: list[ToolSpec] | None) -> None:
-        self.schemas: dict[str, dict[str, str]] = {}
-        for t in tools or []:
-            self.schemas.setdefault(t.name, {p: JSON_TYPE.get(s, "string") for p, s in t.params})
+        self.schemas: dict[str, tuple[tuple[str, Schema], ...]] = {}
+        for t in tools or []:  # the first tool of a name wins, as in vLLM's lookup
+            self.schemas.setdefault(t.name, t.params)
         self.has_tools = bool(tools)
         self.slots: list[_Slot] = []
         self.held, self.spoke = "", False  # held whitespace content; non-space content seen
@@ -134,7 +138,7 @@ class _Core:
             slot = self.slots[idx]
             slot.name, slot.named = name, True
             props = self.schemas.get(name)
-            slot.string_keys = {k for k, t in props.items() if t == "string"} if props else None
+            slot.string_keys = {k for k, s in props if s.only_string()} if props else None
             deltas.append((idx, name, args))
 
     def _end(self, idx: int, deltas: list[Delta]) -> None:
@@ -166,24 +170,20 @@ class _Core:
         props = self.schemas.get(owner) if self.has_tools else None
         args, _ = loads_value(doc)
         wrapper = next(iter(args)) if props and len(args) == 1 else ""
-        if wrapper not in ("arguments", "input") or wrapper in props:
+        if wrapper not in ("arguments", "input") or wrapper in dict(props):
             return doc
         inner, ok = (args[wrapper], True) if not isinstance(args[wrapper], str) else loads_value(
             args[wrapper])
-        ok = ok and isinstance(inner, dict) and set(inner) <= set(props)
+        ok = ok and isinstance(inner, dict) and set(inner) <= {k for k, _ in props}
         return json.dumps(inner, ensure_ascii=False) if ok else doc
 
     def fix(self, doc: str, name: str) -> str:
         """Schema coercion of a call's arguments JSON."""
         props = self.schemas.get(name) if self.has_tools and name else None
         args, ok = loads_value(doc) if props else (None, False)
-        if not ok or not isinstance(args, dict):
+        if not ok or not isinstance(args, dict) or not coerce_object(args, props):
             return doc
-        changed = False
-        for key in [k for k in args if k in props]:
-            args[key], moved = coerce(args[key], props[key])
-            changed |= moved
-        return json.dumps(args, ensure_ascii=False) if changed else doc
+        return json.dumps(args, ensure_ascii=False)
 
     def extracted(self) -> list[tuple[str, str]]:
         """The calls of a one-shot parse: (name, arguments JSON)."""

@@ -9,7 +9,7 @@ import math
 import re
 
 from engine.text import tokenizer as T
-from engine.text.chat import SCHEMA_TYPES
+from engine.text.tool_schema import Schema
 from engine.text.vllm_dsml_lexer import PARAM_START
 
 _HEAD = rf'{re.escape(PARAM_START)}\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>'
@@ -17,7 +17,6 @@ _PARAM = re.compile(rf"{_HEAD}(.*?)(?:{re.escape(T.PARAM_CLOSE)}|(?={re.escape(P
                     r"\s+name=))", re.DOTALL)
 _OPEN_PARAM = re.compile(rf"{_HEAD}(.*)$", re.DOTALL)
 NAME_KEY = re.compile(r'"name"\s*:\s*"([^"]*)"')
-JSON_TYPE = {short: full for full, short in SCHEMA_TYPES.items()}
 Delta = tuple[int, str | None, str | None]  # (index, name when the call starts, args fragment)
 
 
@@ -47,34 +46,65 @@ def dsml_arguments(body: str, partial: bool) -> str:
     return json.dumps(params, ensure_ascii=False)
 
 
-def _from_text(text: str, kind: str) -> object:
-    """A raw value read as schema type ``kind``, else as finite JSON, else the text itself."""
-    if kind == "string":
-        return text
-    try:
-        if kind == "null" and text.lower() == "null":
-            return None
-        if kind == "integer":
-            return int(text)
-        if kind == "number" and math.isfinite(val := float(text)):
-            return val if val != int(val) else int(val)
-        if kind == "boolean" and text.lower().strip() in ("true", "1", "false", "0"):
-            return text.lower().strip() in ("true", "1")
-    except ValueError:
-        pass
+def _from_text(text: str, types: tuple[str, ...]) -> object:
+    """A raw value read as the first of ``types`` (in ``JSON_TYPES`` priority) it parses as,
+    else the text when ``string`` is one of them, else finite JSON, else the text itself."""
+    for kind in types:
+        if kind == "string":
+            return text
+        value, ok = _read(text, kind)
+        if ok:
+            return value
     value, ok = loads_value(text, finite=True)
     return value if ok else text
 
 
-def coerce(value: object, kind: str) -> tuple[object, bool]:
-    """(value coerced to the schema type, whether vLLM counts it as changed)."""
+def _read(text: str, kind: str) -> tuple[object, bool]:
+    try:
+        if kind == "integer":
+            return int(text), True
+        if kind == "number" and math.isfinite(val := float(text)):
+            return (val if val != int(val) else int(val)), True
+    except ValueError:
+        return None, False
+    if kind == "boolean" and (low := text.lower().strip()) in ("true", "1", "false", "0"):
+        return low in ("true", "1"), True
+    if kind in ("object", "array"):
+        return loads_value(text, finite=True)
+    return None, kind == "null" and text.lower() == "null"
+
+
+def coerce(value: object, schema: Schema) -> tuple[object, bool]:
+    """(value coerced to the schema, whether vLLM counts it as changed). Objects and arrays
+    are coerced in place, through the node's own ``properties`` / ``items`` only."""
     if isinstance(value, str):
-        new = _from_text(value, kind)
+        new = _from_text(value, schema.types)
         return new, new is not value
-    if isinstance(value, (dict, list)):  # our schemas have no properties/items to recurse into
-        return value, False
-    new = _from_text(json.dumps(value, ensure_ascii=False), kind)
+    if isinstance(value, dict):
+        return value, schema.properties is not None and coerce_object(value, schema.properties)
+    if isinstance(value, list):
+        return value, schema.items is not None and _coerce_items(value, schema.items)
+    new = _from_text(json.dumps(value, ensure_ascii=False), schema.types)
     return new, type(new) is not type(value) or new != value
+
+
+def coerce_object(args: dict, properties: tuple[tuple[str, Schema], ...]) -> bool:
+    """Coerces the values of ``args`` whose key has a schema in ``properties``; whether any
+    changed."""
+    schemas = dict(properties)
+    changed = False
+    for key in [k for k in args if k in schemas]:
+        args[key], moved = coerce(args[key], schemas[key])
+        changed |= moved
+    return changed
+
+
+def _coerce_items(values: list, item: Schema) -> bool:
+    changed = False
+    for i, value in enumerate(values):
+        values[i], moved = coerce(value, item)
+        changed |= moved
+    return changed
 
 
 def name_and_args(body: str) -> tuple[str, str]:

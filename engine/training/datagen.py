@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.config import data_dir
-from engine.text import ToolCall, ToolSpec, render_prompt
+from engine.text import Schema, ToolCall, ToolSpec, render_prompt
 
 EVAL_SEED_BASE = 10_000_000  # transcripts at or above it are held out of training
 
@@ -29,7 +29,7 @@ class ToolTemplate:
     asks: tuple[str, ...]
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(self.name, tuple((p, "int" if k == INT_KIND else "str")
+        return ToolSpec(self.name, tuple((p, Schema.of("int" if k == INT_KIND else "str"))
                                          for p, k in self.params))
 
 

@@ -93,16 +93,18 @@ def _unstreamed(d, leaky: bool) -> tuple[int, None, str] | None:
     return (i, None, rest) if rest else None
 
 
-def variant_runner(parse, streamer) -> tuple[Callable, Callable]:
-    """``(one_shot, streamed)`` through one of our variants; streamed outcomes are assembled from
-    the events a client receives."""
+def variant_runner(parse, streamer, tools: list | None = None) -> tuple[Callable, Callable]:
+    """``(one_shot, streamed)`` through one of our variants with ``tools`` (``ToolSpec``s, default
+    ``TOOLS``); streamed outcomes are assembled from the events a client receives."""
+    tools = TOOLS if tools is None else tools
+
     def one_shot(text: str) -> Outcome:
-        r = parse(text, TOOLS)
+        r = parse(text, tools)
         return r.content, tuple((c.name, canonical(json.dumps(c.arguments, ensure_ascii=False)))
                                 for c in r.calls)
 
     def streamed(chunks: list[str]) -> Outcome:
-        s, tally = streamer(TOOLS), StreamTally()
+        s, tally = streamer(tools), StreamTally()
         for ev in [e for c in chunks for e in s.feed(c)] + s.finish():
             if isinstance(ev, ToolCallDelta):
                 tally.call(ev.index, ev.name, ev.arguments)

@@ -3,10 +3,10 @@ driven the way vLLM's OpenAI chat serving drives it. Run with the vLLM venv's py
 
     <vllm python> tests/support/vllm_parser_ref.py IN.json OUT.json [TOOLS.json]
 
-TOOLS.json holds the OpenAI tool definitions of the request (default ``TOOLS`` below, which is
-``[t.to_openai() for t in support.dsml_fuzz.TOOLS]``: ``ToolSpec`` keeps no ``object`` type,
-so ``search.filters`` is declared ``string`` -- what our variant sees). IN is a JSON list of
-``{"text": str, "runs": {label: [chunk, ...]}}``; OUT is a JSON list (same order) of
+TOOLS.json holds the OpenAI tool definitions of the request, passed to vLLM as they are
+(``support.vllm_parser_run`` sends ``[t.to_openai() for t in support.dsml_fuzz.TOOLS]`` or the
+nested fuzz's ``NESTED_TOOLS``; ``TOOLS`` below is a flat default for running by hand). IN is a
+JSON list of ``{"text": str, "runs": {label: [chunk, ...]}}``; OUT is a JSON list (same order) of
 ``{"one_shot": OUTCOME, "runs": {label: OUTCOME}}`` with OUTCOME ``[content, [[name, args_str],
 ...]]`` (a crash of the parser is ``["<crash ExcType>", []]``).
 
