@@ -80,7 +80,7 @@ def test_vllm_variant_agrees_with_the_real_vllm_parser_on_nested_schemas(vllm_en
     string; the variant must do the same from ``ToolSpec``'s nested ``Schema``."""
     from support.vllm_parser_run import vllm_reference
 
-    cases = nested_cases(seed=0, n=1800)
+    cases = nested_cases(seed=0, n=900)  # 1,800 measured 100.00% (docs/engine.md)
     assert len({c.category for c in cases}) == len(NESTED_CATEGORIES) >= 10
     ours = get_parser("vllm")
     a = compare(cases, vllm_reference(cases, tools=NESTED_TOOLS),

@@ -29,18 +29,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
 
 def test_no_attack_corrupts_a_victim_with_or_without_the_secret(tmp_path):
-    results = {(r.attack, r.with_secret): r for r in run_attacks(3, log_dir=tmp_path)}
+    results = {(r.attack, r.with_secret): r for r in run_attacks(2, log_dir=tmp_path)}
     for (_, with_secret), r in results.items():
-        assert r.victims == 3 and r.corrupted == 0, r
+        assert r.victims == 2 and r.corrupted == 0, r
         assert r.failed == 0, r  # an attack may not even deny service here
         if not with_secret:
             assert set(r.answers) <= {401}, r  # nothing reaches a room without the secret
-    assert results["forge", True].answers[403] == 3  # not signed by the decode's own key
-    assert results["replay", True].answers[409] == 3  # an earlier seq: a replay
+    assert results["forge", True].answers[403] == 2  # not signed by the decode's own key
+    assert results["replay", True].answers[409] == 2  # an earlier seq: a replay
 
 
 def test_a_small_decode_pool_reuses_pages_without_prealloc_conflicts(tmp_path):
-    race = reuse_race(requests=320, workers=32, num_pages=160, log_dir=tmp_path)
+    race = reuse_race(requests=200, workers=32, num_pages=160, log_dir=tmp_path)
     assert race.conflicts == 0 and race.ok == race.requests, race
 
 
