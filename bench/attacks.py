@@ -39,13 +39,14 @@ import httpx
 
 from engine.config import EngineConfig
 from engine.disagg.messages import Prealloc
+from engine.http import SECRET_ENV, SECRET_HEADER
 from engine.training.datagen import make_transcript
 from workbench.deploy import ServerProcess, launch_pd_pair
+from workbench.deploy.launch import DEBUG_TOKEN_ENV
 from workbench.deploy.process import python_module
 from workbench.judge import ReferenceOracle
 
 log = logging.getLogger(__name__)
-SECRET_HEADER = "x-pd-secret"
 ATTACKS = ("squat", "forge", "replay")
 
 
@@ -83,7 +84,7 @@ class Deployment:
 def deploy(log_dir: Path, source: Path | None = None) -> Deployment:
     """The deployment; ``source``: a checkout (e.g. an older commit's worktree) its servers and
     router run from, to show what the attacks did before."""
-    env = {"PDWB_PD_SECRET": secrets.token_hex(24), "PDWB_DEBUG_TOKEN": secrets.token_hex(16),
+    env = {SECRET_ENV: secrets.token_hex(24), DEBUG_TOKEN_ENV: secrets.token_hex(16),
            **({"PYTHONPATH": str(source)} if source else {})}
     record = log_dir / "preallocs.jsonl"
     serve = ("engine", "serve", "--port", "{port}")
@@ -107,7 +108,7 @@ def deploy(log_dir: Path, source: Path | None = None) -> Deployment:
         for p in reversed(procs):
             p.stop()
         raise
-    return Deployment(procs, prefill, tap, decode, router, record, env["PDWB_PD_SECRET"])
+    return Deployment(procs, prefill, tap, decode, router, record, env[SECRET_ENV])
 
 
 class Victims:

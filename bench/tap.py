@@ -3,8 +3,8 @@ on it would see it.
 
 ``python -m bench.tap --target URL --port P --record FILE`` forwards every request to ``URL``
 unchanged (headers and body; answers buffered, which the prefill's routes allow) and appends the
-body of every ``POST /disagg/prealloc`` to ``FILE`` as one JSON line, so ``bench.attacks`` can
-replay and tamper with real preallocs.
+body of every ``POST /disagg/prealloc`` to ``FILE`` as one JSON line once the prefill answered it,
+so ``bench.attacks`` can replay and tamper with real preallocs.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ def create_app(target: str, record: Path) -> FastAPI:
     @app.api_route("/{path:path}", methods=["GET", "POST"])
     async def forward(path: str, request: Request) -> Response:
         body = await request.body()
-        if path == "disagg/prealloc":
-            with record.open("a") as f:
-                f.write(json.dumps(json.loads(body)) + "\n")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         resp = await client.request(request.method, "/" + path, content=body, headers=headers,
                                     params=request.query_params)
+        if path == "disagg/prealloc":  # after the prefill answered: a replay comes second
+            with record.open("a") as f:
+                f.write(json.dumps(json.loads(body)) + "\n")
         out = {k: v for k, v in resp.headers.items() if k.lower() not in HOP_BY_HOP}
         return Response(resp.content, status_code=resp.status_code, headers=out)
 

@@ -10,9 +10,7 @@ import httpx
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from engine.http.errors import stream_error
-
-CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the answer
+from engine.http.errors import CLIENT_CLOSED, stream_error
 
 
 class UpstreamError(Exception):

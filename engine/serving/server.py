@@ -192,14 +192,10 @@ class ChatServer(InfoRoutes):
     def _count_end(self, gen: Generation, status: int | None = None) -> None:
         """Counts a request once it ended: 200 served, the failure's status (500/502/504), or
         499 when its client left (a stream closed before its end); ``status`` overrides."""
-        if status is not None:
-            pass
-        elif gen.failure is not None:
+        if status is None and gen.failure is not None:
             status = FAILURE_STATUS[gen.failure.kind]
-        elif gen.finish_reason in (None, FinishReason.ABORT):
-            status = CLIENT_CLOSED
-        else:
-            status = 200
+        elif status is None:
+            status = CLIENT_CLOSED if gen.finish_reason in (None, FinishReason.ABORT) else 200
         self.metrics.inc("requests_total", status=str(status))
 
     async def _counted(self, gen: Generation, events):

@@ -191,12 +191,16 @@ CATEGORIES: dict[str, Callable[[random.Random], str]] = {
 
 def fuzz_cases(seed: int = 0, n: int = 2400) -> list[FuzzCase]:
     """``n`` outputs, the categories taking turns, each drawn from ``(seed, index)``."""
-    names = sorted(CATEGORIES)
-    out = []
-    for i in range(n):
-        cat = names[i % len(names)]
-        out.append(FuzzCase(cat, CATEGORIES[cat](random.Random(f"{seed}:{i}"))))
-    return out
+    return cases_from(CATEGORIES, f"{seed}", n)
+
+
+def cases_from(categories: dict, prefix: str, n: int) -> list[FuzzCase]:
+    """``n`` outputs, the categories (sorted by name) taking turns, output ``i`` drawn from
+    ``random.Random(f"{prefix}:{i}")``."""
+    names = sorted(categories)
+    return [FuzzCase(names[i % len(names)],
+                     categories[names[i % len(names)]](random.Random(f"{prefix}:{i}")))
+            for i in range(n)]
 
 
 def chunkings(text: str, seed: int = 0, random_splits: int = 3) -> dict[str, list[str]]:

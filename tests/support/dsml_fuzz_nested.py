@@ -15,7 +15,7 @@ import random
 from collections.abc import Callable
 
 from engine.text import ToolSpec
-from support.dsml_fuzz import DSML, PROSE, FuzzCase, block, invoke, param
+from support.dsml_fuzz import DSML, PROSE, FuzzCase, block, cases_from, invoke, param
 
 _STOP = {"type": "object", "title": "Stop", "additionalProperties": False,
          "required": ["city", "nights"],
@@ -180,7 +180,4 @@ NESTED_CATEGORIES: dict[str, Callable[[random.Random], str]] = {
 
 def nested_cases(seed: int = 0, n: int = 1800) -> list[FuzzCase]:
     """``n`` outputs, the nested categories taking turns, each drawn from ``(seed, index)``."""
-    names = sorted(NESTED_CATEGORIES)
-    return [FuzzCase(names[i % len(names)],
-                     NESTED_CATEGORIES[names[i % len(names)]](random.Random(f"n{seed}:{i}")))
-            for i in range(n)]
+    return cases_from(NESTED_CATEGORIES, f"n{seed}", n)
