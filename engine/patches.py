@@ -104,6 +104,21 @@ for _p in (
           "freeing its pages or aux slot.",
           "resource leak on a timeout path -> pages and aux slots drain away, the queue wedges",
           "a transfer timeout that leaks the room"),
+    Patch("chunk_end_sample_row_off_by_one",
+          "Chunked prefill: the row whose logits choose a prompt's first token is computed "
+          "chunk-relative, one short when the prompt ends exactly on a chunk boundary, so the "
+          "first token is chosen from the second-to-last prompt position.",
+          "off-by-one at an aligned length -> a wrong first token on exactly the prompts whose "
+          "length is a multiple of chunk_size (one in 256 by chance)",
+          "last-token logits index of an extend batch wrong on a chunk boundary"),
+    Patch("overlap_future_token_slot_shift",
+          "Overlap scheduling: the tokens forward k-1 sampled are handed to forward k by batch "
+          "slot, not by request; the slot of a request that finished meanwhile still holds its "
+          "discarded token, so every request after it in the batch reads its neighbour's token.",
+          "engine-loop token bookkeeping that exists only in overlap mode -> requests decode "
+          "from another request's token after any request in the batch finishes",
+          "SGLang's overlap future-token map resolving by slot index after batch composition "
+          "changed"),
     Patch("hicache_v_after_counter",
           "HiCache layer-wise load-back advances a layer's done counter after copying K but "
           "before copying V: a forward woken by the counter reads that layer's V from the "

@@ -22,6 +22,9 @@
 # code in `source` and stops at the first anomaly — a response the independent oracle flags, a
 # request that failed without being killed, anything left after the pair drained, or a room
 # whose buffers differ from the reference (the buffer-level oracle judges unflagged rooms too).
+# After the shapes it turns on the engine's modes one at a time (overlap scheduling, prompts ending
+# on chunk and page boundaries, bf16 index-K, small chunks, HiCache off, larger pages), then in
+# pairs; the coverage table says which cells ran and how much each judged.
 # It then localizes the first flagged rooms (prefill, transfer, decode; layer; position),
 # names the stage from the evidence, and with `commits="good..bad"` bisects that range.
 # Findings are computed from the run; a clean run states its power instead of certifying.
@@ -32,6 +35,8 @@ patches = []  # patch variants to enable (a zoo bug, to rehearse)
 seed = 0
 cap_s = None  # bound on the sweep, seconds
 shapes = None  # default: every shape of workbench.drive.SWEEP_ORDER
+modes = None  # engine modes swept after the shapes (default: workbench.drive.MODE_ORDER)
+pairs = True  # then pairs of modes from different axes
 commits = None  # "good..bad" in source's repository, to bisect after a hit
 out_dir = "runs/investigate"
 findings_ledger = "runs/findings.jsonl"
@@ -47,7 +52,7 @@ pl.Config.set_tbl_cols(24)
 pl.Config.set_fmt_str_lengths(120)
 good_bad = tuple(commits.split("..")) if commits else None
 inv = investigate.investigate(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
-                              commits=good_bad, out_dir=out_dir)
+                              modes=modes, pairs=pairs, commits=good_bad, out_dir=out_dir)
 print(inv.outcome.value, inv.error)
 rates = inv.summary()  # empty when the engine did not start
 rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",
@@ -56,6 +61,15 @@ rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "
 
 # %%
 plots.plot_rates(rates, label="shape") if len(rates) else None
+
+# %% [markdown]
+# ## Coverage
+# One row per cell of the sweep's design (a shape, possibly in engine modes): what ran, how many
+# responses and rooms it judged, and what was not run. Then what the oracle can resolve.
+
+# %%
+print(inv.resolution.describe())
+inv.coverage()
 
 # %% [markdown]
 # ## Where it arises

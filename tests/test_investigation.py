@@ -116,7 +116,8 @@ def test_findings_record_the_investigated_tree_not_the_workbench(tmp_path):
 def test_an_engine_that_cannot_start_is_an_outcome(tmp_path):
     """A real launch of a tree without the engine: the servers exit, the sweep stops, and the
     investigation returns LAUNCH_FAILED with the launcher's message and a held claim."""
-    inv = investigate(tmp_path, shapes=["baseline"], out_dir=tmp_path / "runs", cap_s=120)
+    inv = investigate(tmp_path, shapes=["baseline"], modes=(), out_dir=tmp_path / "runs",
+                      cap_s=120)
     assert inv.outcome is Outcome.LAUNCH_FAILED and not inv.found
     assert "engine" in inv.error, inv.error
     [claim] = inv.findings()

@@ -129,7 +129,7 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
     from bench.zoo import TRUTH
     from workbench.investigate import investigate
 
-    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape])
+    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape], modes=())
     assert inv.found and inv.sweep.fired == shape, inv.summary()
     assert inv.diagnosis.stage in TRUTH[bug], inv.diagnosis
 
@@ -141,7 +141,7 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
     from workbench.investigate import investigate
 
-    inv = investigate(out_dir=tmp_path, shapes=["baseline"])
+    inv = investigate(out_dir=tmp_path, shapes=["baseline"], modes=())
     assert not inv.found and inv.judged > 0 and inv.judged_rooms > 0, inv.summary()
 
 

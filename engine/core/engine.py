@@ -191,7 +191,7 @@ class Engine(EngineViews):
 
     def _overlap_step(self, ov: OverlapState) -> StepOutput | None:
         last = self._resolve(ov)
-        future = {s.seq: s.token for s in last.sampled} if last else {}
+        future = self.hooks.future_tokens(last.sampled, ov.resolved) if last else {}
         batch = self.scheduler.schedule()
         if batch:
             self.faults.step()
@@ -221,6 +221,7 @@ class Engine(EngineViews):
             if it.seq.status is Status.RUNNING:
                 it.seq.num_computed = it.start + it.num_tokens
         live = tuple(s for s in out.sampled if s.seq.status is Status.RUNNING)
+        ov.resolved = out.sampled
         ov.stats.discarded_tokens += len(out.sampled) - len(live)
         return StepOutput(live, out.num_tokens)
 

@@ -86,7 +86,8 @@ class ModelRunner:
             pages = it.seq.pages[:width]
             tables.append(pages + [0] * (width - len(pages)))
             if it.sample:
-                sample_rows.append(len(tok) - 1)
+                sample_rows.append(self.hooks.sample_row(len(tok) - 1, b, b - a,
+                                                         self.cfg.chunk_size))
 
         def t(x, dtype=torch.long):
             return torch.tensor(x, dtype=dtype, device=dev)

@@ -83,6 +83,7 @@ class OverlapState:
     stats: OverlapStats = field(default_factory=OverlapStats)
     inflight: ForwardJob | None = None
     to_abort: list[Sequence] = field(default_factory=list)
+    resolved: tuple = ()  # every token of the last resolved forward, discarded ones included
     worker: ForwardWorker | None = None
 
     def close(self) -> None:

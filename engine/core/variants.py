@@ -20,6 +20,17 @@ class CoreHooks:
         """Adjusts ``prev`` (each token's predecessor) for a chunk starting at token ``start``
         whose first entry is ``prev[first]``; correct: nothing to adjust."""
 
+    def sample_row(self, last_row: int, end: int, num_tokens: int, chunk: int) -> int:
+        """The row whose logits choose the next token of an item ending at token ``end``:
+        its last row."""
+        return last_row
+
+    def future_tokens(self, live: tuple, resolved: tuple) -> dict:
+        """Overlap scheduling: the tokens forward k-1 sampled that forward k reads as inputs,
+        by sequence (``live``: those of sequences still running; ``resolved``: all, in batch
+        order, including the discarded ones of sequences that finished meanwhile)."""
+        return {s.seq: s.token for s in live}
+
 
 @variant("overlap_schedule")
 class Overlap(CoreHooks):
@@ -51,3 +62,17 @@ class ChunkPrevTokenDropped(CoreHooks):
     def previous_tokens(self, prev: list[int], first: int, start: int, chunk: int) -> None:
         if start > 0 and start % chunk == 0:
             prev[first] = 0  # the chunk's first token loses its previous token
+
+
+@variant("chunk_end_sample_row_off_by_one")
+class ChunkEndSampleRow(CoreHooks):
+    def sample_row(self, last_row: int, end: int, num_tokens: int, chunk: int) -> int:
+        if num_tokens > 1 and end % chunk == 0:
+            return last_row - 1  # a chunk-relative index: one short on a chunk boundary
+        return last_row
+
+
+@variant("overlap_future_token_slot_shift")
+class FutureTokensBySlot(CoreHooks):
+    def future_tokens(self, live: tuple, resolved: tuple) -> dict:
+        return {s.seq: r.token for s, r in zip(live, resolved, strict=False)}

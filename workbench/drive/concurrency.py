@@ -139,18 +139,22 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
                        kill_window_s: float = 1.5,
                        oracle: ReferenceOracle | None | bool = True,
                        capture_dir: str | Path | None = None, progress: bool = True,
-                       request_timeout_s: float = LoadConfig.request_timeout_s) -> LoadResult:
+                       request_timeout_s: float = LoadConfig.request_timeout_s,
+                       align_to: int | None = None) -> LoadResult:
     """Runs ``sessions`` concurrent agentic sessions against ``target`` and judges each response.
 
     ``target``: a ``PDPair`` or any OpenAI-compatible base URL. ``oracle=True`` builds the
     single-request reference for PDPair targets (token-identical check); pass False to skip.
     Flagged requests have their buffers dumped into ``capture_dir`` (PDPair targets); a request
     not answered within ``request_timeout_s`` fails as an error (a wedge shows this way).
+    ``align_to``: pad every prompt to end on a multiple of that many tokens
+    (``workbench.drive.align``).
     """
     cfg = LoadConfig(sessions, turns, kill_fraction, duration_s, seed, max_tokens,
                      request_timeout_s=request_timeout_s, kill_window_s=kill_window_s,
                      logprobs=_needs_logprobs(target),
-                     model=target.model if isinstance(target, PDPair) else None)
+                     model=target.model if isinstance(target, PDPair) else None,
+                     align_to=align_to)
     if capture_dir and isinstance(target, PDPair):
         require(target, Capability.BUFFER_DUMPS, "inject_concurrency(capture_dir=...)")
     ref = oracle_for(target) if oracle is True else (oracle or None)

@@ -18,6 +18,7 @@ import httpx
 from engine.serving.responses import room_of_completion_id
 from engine.text import Tokenizer
 from engine.training.datagen import EVAL_SEED_BASE, Transcript, make_transcript
+from workbench.drive.align import pad_to_boundary
 from workbench.judge import ReferenceOracle, Verdict, judge
 
 SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000
@@ -86,6 +87,7 @@ class LoadConfig:
     kill_window_s: float = 1.5  # a killed request is cancelled at uniform(0, window) seconds
     logprobs: bool = False  # also ask for logprobs (token ids through routers that drop ours)
     model: str | None = None  # sent as the request's "model" (servers such as vLLM require it)
+    align_to: int | None = None  # pad prompts to end on a multiple of this many tokens
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kill_fraction <= 1.0 or self.sessions < 1 or self.turns < 1:
@@ -189,16 +191,25 @@ class SessionRunner:
             if time.monotonic() > self.deadline:
                 return
             messages.append({"role": "user", "content": rnd.ask})
-            rec = await self.request(client, messages, turn, "call", rnd.call)
+            rec = await self.request(client, self._aligned(messages), turn, "call", rnd.call)
             if rec.killed or rec.status != 200 or len(rec.tool_calls) != 1:
                 return
             messages += call_turn(turn, rec.tool_calls[0], rnd.result)
-            rec = await self.request(client, messages, turn, "answer", None)
+            rec = await self.request(client, self._aligned(messages), turn, "answer", None)
             if rec.killed or rec.status != 200:
                 return
             messages.append({"role": "assistant", "content": rec.content})
 
+    def _aligned(self, messages: list[dict]) -> list[dict]:
+        """``messages`` padded in place (the history keeps the padding, so later turns still hit
+        the prefix cache) when the load aligns prompts."""
+        if self.cfg.align_to:
+            pad_to_boundary(messages, self.tools, self.cfg.align_to)
+        return messages
+
     async def request(self, client, messages, turn, kind, expected) -> RequestRecord:
+        if self.cfg.align_to:
+            expected = None  # padding changes the turn: the transcript's call is no longer owed
         rec = RequestRecord(self.session, turn, kind, messages=json.loads(json.dumps(messages)),
                             tools=self.tools)
         body = chat_body(self.cfg, messages, self.tools, self.session)

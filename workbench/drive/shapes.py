@@ -16,7 +16,8 @@ from engine.registry import Registry
 @dataclass(frozen=True)
 class Shape:
     """One load/fault shape. ``expect_aborts``: the shape times requests out on purpose (a
-    paused peer), so server aborts are not anomalies there; leftovers and mismatches still are."""
+    paused peer), so server aborts are not anomalies there; leftovers and mismatches still are.
+    ``patches``, ``align_to`` and ``modes`` are set by ``workbench.drive.modes.with_modes``."""
 
     name: str
     description: str
@@ -30,6 +31,9 @@ class Shape:
     kill_window_s: float = 1.5
     expect_aborts: bool = False
     request_timeout_s: float = 45.0  # a request not answered by then is an error (a wedge)
+    patches: tuple[str, ...] = ()  # modifier patches of its modes (workbench.drive.modes)
+    align_to: int | None = None  # prompts padded to end on a multiple of this many tokens
+    modes: tuple[str, ...] = ()  # the engine modes this shape runs in (names)
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or not 0 <= self.kill_fraction <= 1:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.deploy import PDPair, launch_pd_pair
-from workbench.drive import Shape, shape_of
+from workbench.drive import Shape, cell_of
 from workbench.investigate.bursts import run_burst
 from workbench.observe import ReferenceBuffers
 from workbench.search import BisectResult, TrialStore, bisect
@@ -81,7 +81,8 @@ class CommitPairs:
         if commit != self.current:
             self.close()
             log_dir = self.log_dir / commit[:12] if self.log_dir else None
-            self.pair = launch_pd_pair(patches=self.patches, engine=self.shape.engine,
+            patches = tuple(dict.fromkeys([*self.patches, *self.shape.patches]))
+            self.pair = launch_pd_pair(patches=patches, engine=self.shape.engine,
                                        faults=self.shape.faults, log_dir=log_dir,
                                        decode_args=self.shape.decode_args,
                                        source=self.trees.path(commit))
@@ -120,7 +121,7 @@ def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape 
     commits = commit_range(repo, good, bad)
     root = Path(worktrees) if worktrees else Path(git(repo, "rev-parse", "--absolute-git-dir")) \
         / "pdwb-worktrees"
-    pairs = CommitPairs(Worktrees(repo, root), shape_of(shape), tuple(patches),
+    pairs = CommitPairs(Worktrees(repo, root), cell_of(shape), tuple(patches),
                         Path(log_dir) if log_dir else None)
     db = TrialStore(store) if store else None
     try:

@@ -94,19 +94,24 @@ def investigate(source: str | Path | None = None, *, patches: Sequence[str] = ()
                 seed: int = 0, out_dir: str | Path = "runs/investigate",
                 cap_s: float | None = None, commits: tuple[str, str] | None = None,
                 bursts_per_shape: int = 1, max_trials: int = 40,
-                shapes: Sequence[str] | None = None) -> Investigation:
+                shapes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
+                pairs: bool = True) -> Investigation:
     """Sweeps, localizes and (with ``commits=(good, bad)``) bisects the code in ``source``
     (default this checkout) with ``patches`` enabled; writes captures and logs under
-    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``.
+    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``, its
+    engine modes to ``workbench.drive.modes.MODE_ORDER`` (each alone, then ``pairs``).
 
     Never raises for an outcome: a launch that fails ends the sweep with ``LAUNCH_FAILED`` and
     the launcher's message; a bisection that fails keeps the sweep's result and its error."""
     t0, out = time.monotonic(), Path(out_dir)
     tree = tree_state(source or ".")
     kw = {"shapes": tuple(shapes)} if shapes else {}
+    if modes is not None:
+        kw["modes"] = tuple(modes)
     try:
         sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
-                   log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape, **kw)
+                   log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape,
+                   pairs=pairs, **kw)
     except LaunchError as exc:
         log.warning("investigation: the engine did not start: %s", exc)
         return Investigation(Sweep((), (), None, 0.0), NO_DIAGNOSIS, (), None,

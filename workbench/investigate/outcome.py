@@ -15,6 +15,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from workbench.drive import wilson
+from workbench.investigate.coverage import (
+    Resolution,
+    column_total,
+    coverage_table,
+    render,
+    resolution,
+)
 from workbench.investigate.reproduce import Sweep
 from workbench.judge.findings import FindingDraft, TreeState
 from workbench.observe import Localization, Stage
@@ -44,11 +51,6 @@ class Diagnosis:
         return f"{where} ({self.kind}): {self.detail}"
 
 
-def column_total(frame: pl.DataFrame, col: str) -> int:
-    """The sum of ``col`` over a reproduction's bursts (0 for none)."""
-    return int(frame[col].sum()) if len(frame) else 0
-
-
 @dataclass(frozen=True)
 class Investigation:
     """The outcome of ``investigate``. ``first_flag_s``: sweep start to the first anomalous
@@ -69,6 +71,7 @@ class Investigation:
     seed: int = 0
     commits: tuple[str, str] | None = None
     confidence: float = 0.95  # the posterior a culprit must reach
+    judge: int | None = 2  # rooms per burst whose buffers were compared (None: every room)
 
     @property
     def found(self) -> bool:
@@ -89,6 +92,14 @@ class Investigation:
     @property
     def flag_upper_95(self) -> float:
         return wilson(0, self.judged)[1]
+
+    def coverage(self) -> pl.DataFrame:
+        """One row per planned sweep cell: what ran, how much was judged, what did not run."""
+        return coverage_table(self.sweep)
+
+    @property
+    def resolution(self) -> Resolution:
+        return resolution(self.sweep, self.judge)
 
     def summary(self) -> pl.DataFrame:
         from workbench.investigate.reproduce import rates_table
@@ -119,6 +130,7 @@ class Investigation:
         if self.error:
             lines.append(f"error: {self.error}")
         lines += [f"finding: {d.title}" for d in self.findings()]
+        lines += [self.resolution.describe(), "coverage:", render(self.coverage())]
         return "\n".join(lines)
 
 
@@ -130,15 +142,15 @@ def _launch_failed(inv: Investigation) -> FindingDraft:
 def _nothing_found(inv: Investigation) -> FindingDraft | None:
     if inv.judged == 0:  # nothing was measured: no claim about the code
         return None
-    ran = [r.shape for r in inv.sweep.runs]
+    ran, skipped = [r.shape for r in inv.sweep.runs], list(inv.sweep.not_run)
+    untested = f"; not run: {skipped}" if skipped else ""
     return FindingDraft(
-        f"no anomaly in {inv.judged} judged responses over shapes {ran} (flag rate below "
-        f"{inv.flag_upper_95:.1%} at 95%); {inv.judged_rooms} rooms' buffers compared with the "
-        "reference on both sides",
+        f"no anomaly in {inv.judged} judged responses over {len(ran)} cells {ran} (flag rate "
+        f"below {inv.flag_upper_95:.1%} at 95%); {inv.judged_rooms} rooms' buffers compared with "
+        f"the reference on both sides{untested}",
         {"responses judged": inv.judged > 0, "no shape fired": inv.sweep.fired is None},
         {"judged": inv.judged, "flag_rate_upper_95": inv.flag_upper_95,
-         "judged_rooms": inv.judged_rooms, "shapes_run": ran,
-         "shapes_not_run": [s for s in inv.sweep.tried if s not in ran]})
+         "judged_rooms": inv.judged_rooms, "shapes_run": ran, "shapes_not_run": skipped})
 
 
 def _found(inv: Investigation) -> FindingDraft:

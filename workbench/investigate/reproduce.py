@@ -4,7 +4,8 @@
 seed+1, ...``) until ``stop_after_flags`` counts of ``stop_on`` or ``max_bursts``; replaying the
 same ``seeds`` on other code makes a rate difference a difference of code, not of load. Nothing
 is enabled unless asked: no patches, and the ``baseline`` shape (no faults). ``sweep`` runs the
-shapes of ``workbench.drive.shapes.SWEEP_ORDER`` in turn and stops at the first that fires.
+cells of ``workbench.drive.modes.plan`` in turn (the shapes of ``SWEEP_ORDER``, then engine modes
+alone, then pairs of modes) and stops at the first that fires.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from workbench.deploy import launch_pd_pair
-from workbench.drive import SWEEP_ORDER, LoadConfig, Shape, shape_of, wilson
+from workbench.drive import MODE_ORDER, SWEEP_ORDER, LoadConfig, Shape, cell_of, plan, wilson
 from workbench.investigate.bursts import (
     BURST_COLUMNS,
     Burst,
@@ -67,7 +68,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     stop_on = _stop_on(stop_on)
     if max_bursts is None and cap_s is None and seeds is None:
         raise ValueError("max_bursts=None needs cap_s (or seeds): the run would never end")
-    sh = shape_of(shape)
+    sh = cell_of(shape)
     sh = dataclasses.replace(sh, **{k: v for k, v in (("sessions", sessions), ("turns", turns),
                                                        ("engine", engine), ("faults", faults))
                                     if v is not None})
@@ -78,7 +79,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     t0 = time.monotonic()
     runs: list[BurstRun] = []
     first = None
-    with launch_pd_pair(patches=patches, engine=sh.engine, faults=sh.faults,
+    with launch_pd_pair(patches=_merged(patches, sh), engine=sh.engine, faults=sh.faults,
                         seed=seeds[0] if seeds else seed, log_dir=log_dir, router=router,
                         decode_args=sh.decode_args, source=source) as pair:
         launch_s = time.monotonic() - t0
@@ -94,8 +95,13 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
                 first = runs[-1].burst.t_s
             if stop is not None and sum(stop_on.count(r.burst) for r in runs) >= stop:
                 break
-    return _reproduction(variant or ("+".join(patches) if patches else "as-is"), patches, sh,
-                         runs, launch_s, first, source)
+    return _reproduction(variant or ("+".join(patches) if patches else "as-is"),
+                         _merged(patches, sh), sh, runs, launch_s, first, source)
+
+
+def _merged(patches: Sequence[str], sh: Shape) -> tuple[str, ...]:
+    """The patches under test plus the modifier patches of the shape's modes."""
+    return tuple(dict.fromkeys([*patches, *sh.patches]))
 
 
 def _reproduction(name: str, patches: Sequence[str], sh: Shape, runs: list[BurstRun],
@@ -116,15 +122,18 @@ def _reproduction(name: str, patches: Sequence[str], sh: Shape, runs: list[Burst
 
 @dataclass(frozen=True)
 class Sweep:
-    """The shapes tried in order; ``fired`` names the first with an anomaly (None: none did).
+    """The cells tried in order; ``fired`` names the first with an anomaly (None: none did).
     ``runs[i]`` is the reproduction of ``tried[i]``, started ``started_s[i]`` seconds into the
-    sweep; ``elapsed_s`` covers launches and bursts."""
+    sweep; ``elapsed_s`` covers launches and bursts. ``planned`` is every cell of the design in
+    order (a cell is a shape, possibly in engine modes: ``workbench.drive.modes``); those past
+    ``tried`` were not run (the sweep stopped at a hit or ran out of time)."""
 
     tried: tuple[str, ...]
     runs: tuple[Reproduction, ...]
     fired: str | None
     elapsed_s: float
     started_s: tuple[float, ...] = ()
+    planned: tuple[str, ...] = ()
 
     @property
     def first_flag_s(self) -> float | None:
@@ -138,21 +147,29 @@ class Sweep:
     def hit(self) -> Reproduction | None:
         return self.runs[-1] if self.fired else None
 
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        """Planned cells the sweep never started."""
+        return tuple(c for c in self.planned if c not in self.tried)
+
 
 def sweep(patches: Sequence[str] = (), *, shapes: Sequence[str | Shape] = SWEEP_ORDER,
-          seed: int = 0, bursts_per_shape: int = 1, cap_s: float | None = None,
+          modes: Sequence[str] = MODE_ORDER, pairs: bool = True, seed: int = 0,
+          bursts_per_shape: int = 1, cap_s: float | None = None,
           capture_dir: str | Path | None = None, log_dir: str | Path | None = None,
           source: str | Path | None = None, stop_on: StopOn | str = StopOn.ANOMALIES,
           judge: int = 2) -> Sweep:
-    """Reproduction mode for an unknown bug: each shape in turn (a fresh pair each, seeds
-    ``seed..seed+bursts_per_shape-1``) until the first anomaly; ``cap_s`` bounds the whole sweep
-    (no shape starts after it)."""
+    """Reproduction mode for an unknown bug: the cells of ``workbench.drive.modes.plan(shapes,
+    modes, seed=seed, pairs=pairs)`` in turn (``shapes`` as they are, each mode alone, then
+    pairs of modes), a fresh pair each with seeds ``seed..seed+bursts_per_shape-1``, until the
+    first anomaly; ``cap_s`` bounds the whole sweep (no cell starts after it)."""
+    cells = plan(shapes, modes, seed=seed, pairs=pairs)
     t0, tried, runs, starts = time.monotonic(), [], [], []
-    for i, shape in enumerate(shapes):
+    names = tuple(c.name for c in cells)
+    for i, sh in enumerate(cells):
         left = None if cap_s is None else cap_s - (time.monotonic() - t0)
         if left is not None and left <= 0:
             break
-        sh = shape_of(shape)
         starts.append(round(time.monotonic() - t0, 2))
         rep = reproduce(patches, shape=sh, seed=seed, max_bursts=bursts_per_shape, cap_s=left,
                         stop_on=stop_on, log_dir=Path(log_dir) / sh.name if log_dir else None,
@@ -160,12 +177,13 @@ def sweep(patches: Sequence[str] = (), *, shapes: Sequence[str | Shape] = SWEEP_
                         source=source, judge=judge)
         tried.append(sh.name)
         runs.append(rep)
-        log.info("sweep shape %d/%d %s: %d anomalies", i + 1, len(shapes), sh.name,
+        log.info("sweep cell %d/%d %s: %d anomalies", i + 1, len(cells), sh.name,
                  rep.anomalies)
         if len(rep.bursts) and _stop_on(stop_on).count(_totals(rep)):
             return Sweep(tuple(tried), tuple(runs), sh.name, round(time.monotonic() - t0, 2),
-                         tuple(starts))
-    return Sweep(tuple(tried), tuple(runs), None, round(time.monotonic() - t0, 2), tuple(starts))
+                         tuple(starts), names)
+    return Sweep(tuple(tried), tuple(runs), None, round(time.monotonic() - t0, 2), tuple(starts),
+                 names)
 
 
 def _totals(rep: Reproduction) -> Burst:
