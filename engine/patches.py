@@ -119,6 +119,14 @@ for _p in (
           "from another request's token after any request in the batch finishes",
           "SGLang's overlap future-token map resolving by slot index after batch composition "
           "changed"),
+    Patch("radix_partial_page_rounded_up",
+          "Radix prefix match: when the shared prefix ends mid-page and at least half of that "
+          "page matches a cached page, the cached page is reused whole, so the prompt's tokens "
+          "after the shared part read another request's K/V.",
+          "cache match granularity error on a prefix hit ending mid-page -> the prompt's tail "
+          "of that page attends to stale K/V, corrupted output",
+          "page-granular radix matching that rounds a partially matching page up (page_size > 1 "
+          "prefix reuse)"),
     Patch("hicache_v_after_counter",
           "HiCache layer-wise load-back advances a layer's done counter after copying K but "
           "before copying V: a forward woken by the counter reads that layer's V from the "

@@ -196,8 +196,8 @@ class HiRadixCache(RadixCache):
     def __init__(self, allocator: PageAllocator, pool: KVPool, host_pages: int,
                  faults: FaultInjector, ungated_index_k: bool = False,
                  backup_index_k: bool = True, runtime: Runtime = THREADS,
-                 v_after_counter: bool = False) -> None:
-        super().__init__(allocator, pool.page_size)
+                 v_after_counter: bool = False, partial_page_min: float | None = None) -> None:
+        super().__init__(allocator, pool.page_size, partial_page_min)
         self.backup_names = tuple(n for n in pool.buffers()
                                   if backup_index_k or not n.startswith("index_k"))
         self.pool = pool

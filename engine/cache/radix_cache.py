@@ -33,9 +33,15 @@ class PrefixMatch:
 
 
 class RadixCache:
-    def __init__(self, allocator: PageAllocator, page_size: int) -> None:
+    """``partial_page_min`` (the ``radix_partial_page_rounded_up`` variant; None when correct):
+    a page whose cached key shares at least that fraction of its leading tokens with the
+    prompt's page is matched as if whole."""
+
+    def __init__(self, allocator: PageAllocator, page_size: int,
+                 partial_page_min: float | None = None) -> None:
         self.alloc = allocator
         self.page_size = page_size
+        self.partial_page_min = partial_page_min
         self.root = _Node(page=-1, parent=None, key=())
         self._clock = itertools.count(1)
         self.num_pages = 0
@@ -59,12 +65,23 @@ class RadixCache:
         node, path, now = self.root, [], next(self._clock)
         limit = len(tokens) if max_tokens is None else min(len(tokens), max_tokens)
         for key in self._chunks(tokens[:limit]):
-            node = node.children.get(key)
+            child = node.children.get(key)
+            near = self._near(node, key) if child is None else None
+            node = child or near
             if node is None:
                 break
             node.last_access = now
             path.append(node)
+            if near is not None:  # the rest of the prompt no longer follows the tree
+                break
         return path
+
+    def _near(self, node: _Node, key: tuple[int, ...]) -> _Node | None:
+        """A child whose key starts with enough of ``key`` (never, unless the variant is on)."""
+        if self.partial_page_min is None:
+            return None
+        need = max(1, int(self.page_size * self.partial_page_min))
+        return next((c for k, c in node.children.items() if k[:need] == key[:need]), None)
 
     def insert(self, tokens: list[int], pages: list[int]) -> int:
         """Stores the full pages of ``tokens`` (``pages[i]`` holds page i); returns pages added.

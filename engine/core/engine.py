@@ -92,8 +92,9 @@ class Engine(EngineViews):
                                 self.faults, not self.hooks.waits_index_k,
                                 backup_index_k=self.hooks.backs_up_index_k,
                                 runtime=self.runtime,
-                                v_after_counter=self.hooks.v_after_counter)
-        return RadixCache(self.allocator, self.cfg.page_size)
+                                v_after_counter=self.hooks.v_after_counter,
+                                partial_page_min=self.hooks.partial_page_min)
+        return RadixCache(self.allocator, self.cfg.page_size, self.hooks.partial_page_min)
 
     def validate(self, prompt: list[int], max_tokens: int) -> None:
         limit = min(self.cfg.max_prompt_tokens, self.model.cfg.max_seq_len - max_tokens)

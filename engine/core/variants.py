@@ -15,6 +15,7 @@ class CoreHooks:
     waits_kv = True  # the attention waits for a loading layer's K/V
     backs_up_index_k = True  # HiCache's host tier keeps index-K with K/V
     v_after_counter = False  # V of a loaded layer lands after its done counter advanced
+    partial_page_min: float | None = None  # a partly matching cached page is reused whole
 
     def previous_tokens(self, prev: list[int], first: int, start: int, chunk: int) -> None:
         """Adjusts ``prev`` (each token's predecessor) for a chunk starting at token ``start``
@@ -76,3 +77,8 @@ class ChunkEndSampleRow(CoreHooks):
 class FutureTokensBySlot(CoreHooks):
     def future_tokens(self, live: tuple, resolved: tuple) -> dict:
         return {s.seq: r.token for s, r in zip(live, resolved, strict=False)}
+
+
+@variant("radix_partial_page_rounded_up")
+class PartialPageRoundedUp(CoreHooks):
+    partial_page_min = 0.5

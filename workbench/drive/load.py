@@ -11,7 +11,7 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import httpx
 
@@ -239,5 +239,9 @@ class SessionRunner:
                     oracle_error = f"{type(exc).__name__}: {exc}"[:300]
             rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
                                 rec.token_ids, ref, oracle_error, rec.finish_reason)
+            if self.cfg.align_to and rec.verdict.ref_match:
+                # padding takes the model off its transcripts: markup the reference writes too
+                # is the model's, not the server's
+                rec.verdict = replace(rec.verdict, leaked=False)
         self.sink(rec)
         return rec
