@@ -151,8 +151,8 @@ def advice(res: BisectResult, shape: Shape, judge: int | None, max_trials: int,
     """What to try after a commit bisection that named no culprit (empty when it converged)."""
     more_judge = () if judge is None else (
         f"judge more rooms per burst with the buffer oracle (--judge all; now {judge})",)
-    fired = (f"the shape that fired in the sweep (--shape; now {shape.name!r}, wb investigate "
-             "shows which fired)")
+    fired = (f"a shape that fires more often (--shape; now {shape.name!r}; wb investigate "
+             "names the one that fired first)")
     if res.outcome is BisectOutcome.BAD_END_PASSES:
         return (fired, *more_judge, f"a larger --ends-budget (now {ends_budget})",
                 "the patches the failure needs on every candidate (--patches)")

@@ -129,7 +129,7 @@ def bisect(
     those trials are stored, replayed and counted in the posterior like any other: a bad end
     with no failure in ``ends_budget`` trials ends the search as ``BAD_END_PASSES``; a good end
     that fails in ``good_end_trials`` trials (only when good candidates never fail) ends it as
-    ``GOOD_END_FAILS``.  Neither claims a culprit.
+    ``GOOD_END_FAILS``.  Neither claims a culprit.  The ends' trials run one at a time.
     """
     _check(candidates)
     if workers < 1:
