@@ -73,3 +73,18 @@ def test_an_outcome_contradicting_converged_is_refused():
                      outcome=BisectOutcome.NOT_CONVERGED)
     assert BisectResult("c01", {"c01": 1.0}, 1.0, 1, 0.5, 0.0, None,
                         converged=False).outcome is BisectOutcome.NOT_CONVERGED
+
+
+def test_commit_bisection_advice_names_the_knobs_to_turn():
+    from workbench.drive import shape_of
+    from workbench.investigate.commits import advice
+
+    kills = shape_of("kills")
+    passes = bisect(CANDIDATES, flaky(None, 0.0), ends_budget=8)
+    text = " | ".join(advice(passes, kills, 2, 40, 8))
+    assert "--judge all; now 2" in text and "--ends-budget (now 8)" in text and "'kills'" in text
+    short = bisect(CANDIDATES, flaky(4, 0.15), ends_budget=40, max_trials=20, seed=2)
+    text = " | ".join(advice(short, kills, None, 20, 40))
+    assert "--max-trials 40; now 20" in text and "--judge" not in text
+    done = bisect(CANDIDATES, flaky(6, 0.5), ends_budget=8, seed=1)
+    assert advice(done, kills, 2, 40, 8) == ()
