@@ -86,7 +86,7 @@ def _result(candidates: Sequence[str], model: Posterior, post: np.ndarray, pick:
         float(post[pick]), spent, *model.rates(post), history.frame(),
         float(post[n]) if post.size > n else 0.0, outcome is BisectOutcome.CONVERGED, method,
         history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)), outcome, target)
-    log.info("%s bisect: %s", method, result.headline().splitlines()[0])
+    log.info("%s bisect: %s", method, result.lead())
     return result
 
 

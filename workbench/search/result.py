@@ -100,10 +100,14 @@ class BisectResult:
         """An honest account in a few lines: the culprit only when converged; otherwise a line
         starting with "not converged", the ``top`` candidates with their posterior and trial
         counts, the trials spent and ``advice``."""
-        first = _FIRST[self.outcome](self)
+        first = self.lead()
         if self.outcome is BisectOutcome.CONVERGED:
             return first
         return "\n".join([first, *self.table(top), *(f"  try: {a}" for a in self.advice)])
+
+    def lead(self) -> str:
+        """The headline's first line (a culprit only when converged)."""
+        return _FIRST[self.outcome](self)
 
     def table(self, top: int = 5) -> list[str]:
         """The ``top`` most probable candidates, one line each (posterior, failed/trials)."""
