@@ -99,7 +99,7 @@ def bisect_row(bug: str, shape: str, work: Path, seed: int, max_trials: int) -> 
     res = bisect_commits(hist.path, hist.good, hist.bad, shape=shape, confidence=POSTERIOR,
                          store=work / f"bisect-{bug}.sqlite", log_dir=work / f"blogs-{bug}",
                          max_trials=max_trials, seed=seed)
-    right = res.culprit == hist.culprit and res.converged
+    right = res.claimed == hist.culprit  # claimed: only a converged bisection names one
     return res.trials_spent, right, round(float(res.confidence), 3)
 
 

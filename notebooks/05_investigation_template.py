@@ -38,6 +38,9 @@ shapes = None  # default: every shape of workbench.drive.SWEEP_ORDER
 modes = None  # engine modes swept after the shapes (default: workbench.drive.MODE_ORDER)
 pairs = True  # then pairs of modes from different axes
 commits = None  # "good..bad" in source's repository, to bisect after a hit
+judge = 2  # rooms per burst the buffer oracle compares with the reference (None: all)
+max_trials = 40  # the bisection's trial budget
+bursts_per_shape = 1
 out_dir = "runs/investigate"
 findings_ledger = "runs/findings.jsonl"
 
@@ -52,7 +55,9 @@ pl.Config.set_tbl_cols(24)
 pl.Config.set_fmt_str_lengths(120)
 good_bad = tuple(commits.split("..")) if commits else None
 inv = investigate.investigate(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
-                              modes=modes, pairs=pairs, commits=good_bad, out_dir=out_dir)
+                              modes=modes, pairs=pairs, commits=good_bad, out_dir=out_dir,
+                              judge=judge, max_trials=max_trials,
+                              bursts_per_shape=bursts_per_shape)
 print(inv.outcome.value, inv.error)
 rates = inv.summary()  # empty when the engine did not start
 rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",

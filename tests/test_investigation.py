@@ -25,7 +25,7 @@ from workbench.investigate.bursts import BURST_COLUMNS, Burst
 from workbench.judge import read_findings, record_drafts
 from workbench.judge.findings import tree_state
 from workbench.observe import Stage
-from workbench.search import BisectResult
+from workbench.search import BisectOutcome, BisectResult, bisect
 
 
 def _rep(shape: str, **burst) -> Reproduction:
@@ -90,6 +90,29 @@ def test_a_culprit_is_claimed_only_from_a_converged_bisection():
     assert all(short.checks.values()) and short.evidence["converged"] is False
     none = _inv(hit, "baseline", _bisection(None, 0.0, True)).findings()[1]
     assert "no culprit in the range" in none.title and all(none.checks.values())
+
+
+@pytest.mark.parametrize(("fails", "outcome", "claim"), [
+    (False, BisectOutcome.BAD_END_PASSES, "the bad end cccccccccccc did not fail in 8 trials"),
+    (True, BisectOutcome.GOOD_END_FAILS, "the good end aaaaaaaaaaaa fails too (1 of 1 trials)")])
+def test_a_bisection_stopped_at_an_end_says_so_and_claims_no_culprit(fails, outcome, claim):
+    commits = [c * 40 for c in "abc"]
+    res = bisect(commits, lambda c, s: fails, ends_budget=8)
+    inv = _inv([_rep("baseline", flagged=1)], "baseline", res)
+    assert res.outcome is outcome and res.claimed is None
+    found = inv.findings()[1]
+    assert found.title.startswith(claim) and all(found.checks.values()), found
+    report = inv.report()
+    assert "bisection: not converged: the " in report and "introduced it" not in report
+
+
+def test_the_report_shows_the_bisection_headline():
+    report = _inv([_rep("baseline", flagged=1)], "baseline",
+                  _bisection("b" * 40, 0.70, False)).report()
+    assert "bisection: not converged after 12 trials: no culprit claimed" in report
+    assert "posterior (top 2 of 2 candidates, 12 trials):" in report
+    done = _inv([_rep("baseline", flagged=1)], "baseline", _bisection("b" * 40, 0.97, True))
+    assert "bisection: culprit bbbbbbbbbbbb (posterior 0.970, 12 trials)" in done.report()
 
 
 def test_findings_record_the_investigated_tree_not_the_workbench(tmp_path):

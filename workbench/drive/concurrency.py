@@ -59,13 +59,22 @@ class LoadResult:
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
+    """Wilson score interval ``(lo, hi)`` for ``k`` successes in ``n`` trials.
+
+    Invariants (exact, not up to rounding): ``0 <= lo <= k/n <= hi <= 1``; ``lo == 0.0`` when
+    ``k == 0`` and ``hi == 1.0`` when ``k == n`` (the float formula leaves ~1e-17 there, which
+    an error bar reads as a negative length); ``(0.0, 1.0)`` when ``n == 0``. ValueError unless
+    ``0 <= k <= n``."""
+    if not 0 <= k <= max(n, 0):
+        raise ValueError(f"wilson needs 0 <= k <= n, got k={k} n={n}")
     if n == 0:
         return (0.0, 1.0)
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if k == 0 else min(p, max(0.0, centre - half))
+    hi = 1.0 if k == n else max(p, min(1.0, centre + half))
+    return (lo, hi)
 
 
 def summarize(df: pl.DataFrame, wall_s: float) -> LoadSummary:

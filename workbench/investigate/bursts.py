@@ -89,11 +89,11 @@ class BurstRun:
 
 
 def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
-              duration_s: float, max_tokens: int | None = None, judge: int = 0,
+              duration_s: float, max_tokens: int | None = None, judge: int | None = 0,
               reference=None) -> BurstRun:
     """Runs ``shape``'s load once with ``seed`` and collects what it left as evidence; with
-    ``judge > 0`` also localizes that many unflagged rooms against ``reference`` (a
-    ``ReferenceBuffers``), each divergence a buffer flag."""
+    ``judge > 0`` (``None``: every completed unflagged room) also localizes that many unflagged
+    rooms against ``reference`` (a ``ReferenceBuffers``), each divergence a buffer flag."""
     before = collect(pair)
     res = inject_concurrency(pair, sessions=shape.sessions, turns=shape.turns, seed=seed,
                              max_tokens=max_tokens or shape.max_tokens,

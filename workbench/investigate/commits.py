@@ -9,6 +9,7 @@ test. Trials are stored and resumable like every ``bisect``.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 from dataclasses import dataclass, field
@@ -18,10 +19,11 @@ from workbench.deploy import PDPair, launch_pd_pair
 from workbench.drive import Shape, cell_of
 from workbench.investigate.bursts import run_burst
 from workbench.observe import ReferenceBuffers
-from workbench.search import BisectResult, TrialStore, bisect
+from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
 
 log = logging.getLogger(__name__)
 BURST_PRIOR = (1.0, 1.0)  # a burst of many requests fails a sizeable fraction of trials
+ENDS_BUDGET = 8  # bursts the bad end gets to fail once before anything is bisected
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -65,13 +67,14 @@ class Worktrees:
 
 @dataclass(eq=False)
 class CommitPairs:
-    """Keeps the PD pair of the most recent candidate commit running (warm across its trials)."""
+    """Keeps the PD pair of the most recent candidate commit running (warm across its trials).
+    ``judge``: unflagged rooms per burst the buffer oracle compares (0: off, None: all)."""
 
     trees: Worktrees
     shape: Shape
     patches: tuple[str, ...] = ()
     log_dir: Path | None = None
-    judge: int = 2
+    judge: int | None = 2
     current: str | None = None
     pair: PDPair | None = None
     reference: ReferenceBuffers | None = None
@@ -87,7 +90,7 @@ class CommitPairs:
                                        decode_args=self.shape.decode_args,
                                        source=self.trees.path(commit))
             self.current, self.launches = commit, self.launches + 1
-            if self.judge and self.reference is None:  # pinned: this checkout's reference
+            if self.judge != 0 and self.reference is None:  # pinned: this checkout's reference
                 self.reference = ReferenceBuffers(self.pair.spec.engine_config())
         return self.pair
 
@@ -113,23 +116,50 @@ def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape 
                    patches: tuple[str, ...] = (), store: str | Path | None = None,
                    worktrees: str | Path | None = None, confidence: float = 0.95,
                    max_trials: int = 40, seed: int = 0, log_dir: str | Path | None = None,
-                   experiment: str | None = None) -> BisectResult:
-    """Bayesian bisection over the commits ``good..bad`` (``good`` included as candidate 0, so
-    a wrong "good" shows as culprit 0). Candidates are full hashes; ``worktrees`` (default
-    ``<repo>/.git/pdwb-worktrees``) caches one tree per commit; ``store`` makes it resumable."""
+                   experiment: str | None = None, judge: int | None = 2,
+                   ends_budget: int = ENDS_BUDGET) -> BisectResult:
+    """Bayesian bisection over the commits ``good..bad`` (``good`` included as candidate 0).
+    Candidates are full hashes; ``worktrees`` (default ``<repo>/.git/pdwb-worktrees``) caches
+    one tree per commit; ``store`` makes it resumable. ``patches`` are enabled on every
+    candidate; ``judge`` is the buffer oracle's rooms per burst (None: all).
+
+    Both ends are tried first, as stored trials that count in the posterior: ``bad`` gets up to
+    ``ends_budget`` bursts to fail once (else ``BAD_END_PASSES``, nothing bisected), then
+    ``good`` a few (a failure: ``GOOD_END_FAILS``, the anomaly predates the range). Only a
+    ``CONVERGED`` result names a culprit; the others carry ``advice`` for their headline."""
     repo = Path(repo).resolve()
     commits = commit_range(repo, good, bad)
     root = Path(worktrees) if worktrees else Path(git(repo, "rev-parse", "--absolute-git-dir")) \
         / "pdwb-worktrees"
-    pairs = CommitPairs(Worktrees(repo, root), cell_of(shape), tuple(patches),
-                        Path(log_dir) if log_dir else None)
+    sh = cell_of(shape)
+    pairs = CommitPairs(Worktrees(repo, root), sh, tuple(patches),
+                        Path(log_dir) if log_dir else None, judge)
     db = TrialStore(store) if store else None
     try:
-        return bisect(commits, commit_trial(pairs), confidence=confidence,
-                      max_trials=max_trials, seed=seed, store=db,
-                      experiment=experiment or f"commits:{commits[0][:12]}..{commits[-1][:12]}",
-                      prior_fail_rate=BURST_PRIOR)
+        res = bisect(commits, commit_trial(pairs), confidence=confidence,
+                     max_trials=max_trials, seed=seed, store=db,
+                     experiment=experiment or f"commits:{commits[0][:12]}..{commits[-1][:12]}",
+                     prior_fail_rate=BURST_PRIOR, ends_budget=ends_budget)
     finally:
         pairs.close()
         if db is not None:
             db.close()
+    return dataclasses.replace(res, advice=advice(res, sh, judge, max_trials, ends_budget))
+
+
+def advice(res: BisectResult, shape: Shape, judge: int | None, max_trials: int,
+           ends_budget: int) -> tuple[str, ...]:
+    """What to try after a commit bisection that named no culprit (empty when it converged)."""
+    more_judge = () if judge is None else (
+        f"judge more rooms per burst with the buffer oracle (--judge all; now {judge})",)
+    fired = (f"a shape that fires more often (--shape; now {shape.name!r}; wb investigate "
+             "names the one that fired first)")
+    if res.outcome is BisectOutcome.BAD_END_PASSES:
+        return (fired, *more_judge, f"a larger --ends-budget (now {ends_budget})",
+                "the patches the failure needs on every candidate (--patches)")
+    if res.outcome is BisectOutcome.GOOD_END_FAILS:
+        return ("an older good commit: the anomaly is already there at the good end",)
+    if res.outcome is BisectOutcome.NOT_CONVERGED:
+        return (f"more trials (--max-trials {2 * max_trials}; now {max_trials})", *more_judge,
+                fired)
+    return ()

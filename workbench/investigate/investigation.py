@@ -95,11 +95,13 @@ def investigate(source: str | Path | None = None, *, patches: Sequence[str] = ()
                 cap_s: float | None = None, commits: tuple[str, str] | None = None,
                 bursts_per_shape: int = 1, max_trials: int = 40,
                 shapes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
-                pairs: bool = True) -> Investigation:
+                pairs: bool = True, judge: int | None = 2) -> Investigation:
     """Sweeps, localizes and (with ``commits=(good, bad)``) bisects the code in ``source``
     (default this checkout) with ``patches`` enabled; writes captures and logs under
     ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``, its
     engine modes to ``workbench.drive.modes.MODE_ORDER`` (each alone, then ``pairs``).
+    ``judge``: unflagged rooms per burst the buffer oracle compares with the reference, in the
+    sweep and in the bisection's trials (0: off, None: every completed one).
 
     Never raises for an outcome: a launch that fails ends the sweep with ``LAUNCH_FAILED`` and
     the launcher's message; a bisection that fails keeps the sweep's result and its error."""
@@ -111,7 +113,7 @@ def investigate(source: str | Path | None = None, *, patches: Sequence[str] = ()
     try:
         sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
                    log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape,
-                   pairs=pairs, **kw)
+                   pairs=pairs, judge=judge, **kw)
     except LaunchError as exc:
         log.warning("investigation: the engine did not start: %s", exc)
         return Investigation(Sweep((), (), None, 0.0), NO_DIAGNOSIS, (), None,
@@ -121,7 +123,7 @@ def investigate(source: str | Path | None = None, *, patches: Sequence[str] = ()
     locs = _localizations(hit)
     diag = diagnose(hit, locs) if hit is not None else Diagnosis(
         None, "none", f"no anomaly in {len(sw.runs)} shapes", "none")
-    bis, err = _bisect(source, commits, sw, patches, out, max_trials, seed)
+    bis, err = _bisect(source, commits, sw, patches, out, max_trials, seed, judge)
     outcome = (Outcome.NOTHING_FOUND if hit is None else Outcome.LOCALIZED
                if diag.stage is not None else Outcome.NOT_LOCALIZED)
     log.info("investigation: %s; %s", outcome.value, diag.describe())
@@ -139,7 +141,8 @@ def _localizations(hit: Reproduction | None) -> list[Localization]:
     return localize_flagged(hit) + [loc for loc in hit.localizations if loc.first]
 
 
-def _bisect(source, commits, sw: Sweep, patches, out: Path, max_trials: int, seed: int):
+def _bisect(source, commits, sw: Sweep, patches, out: Path, max_trials: int, seed: int,
+            judge: int | None):
     """The bisection of ``commits`` with the shape that fired, or its error (never raised)."""
     if sw.hit is None or commits is None:
         return None, ""
@@ -147,7 +150,7 @@ def _bisect(source, commits, sw: Sweep, patches, out: Path, max_trials: int, see
         return bisect_commits(Path(source or "."), commits[0], commits[1], shape=sw.fired,
                               patches=tuple(patches), store=out / "bisect.sqlite",
                               log_dir=out / "bisect-logs", max_trials=max_trials,
-                              seed=seed), ""
+                              seed=seed, judge=judge), ""
     except (LaunchError, ValueError, OSError, RuntimeError) as exc:
         log.warning("investigation: bisection failed: %s", exc)
         return None, f"bisection failed: {exc}"

@@ -25,7 +25,7 @@ from workbench.investigate.coverage import (
 from workbench.investigate.reproduce import Sweep
 from workbench.judge.findings import FindingDraft, TreeState
 from workbench.observe import Localization, Stage
-from workbench.search import BisectResult
+from workbench.search import BisectOutcome, BisectResult
 
 
 class Outcome(enum.Enum):
@@ -127,6 +127,8 @@ class Investigation:
                  f"shapes tried: {list(self.sweep.tried)}; fired: {self.sweep.fired}",
                  f"diagnosis: {self.diagnosis.describe()}"]
         lines += [f"  {loc.describe()}" for loc in self.localizations]
+        if self.bisection is not None:
+            lines.append(f"bisection: {self.bisection.headline()}")
         if self.error:
             lines.append(f"error: {self.error}")
         lines += [f"finding: {d.title}" for d in self.findings()]
@@ -174,7 +176,10 @@ _CLAIMS = {Outcome.LAUNCH_FAILED: _launch_failed, Outcome.NOTHING_FOUND: _nothin
 
 def _bisection_claim(inv: Investigation, b: BisectResult) -> FindingDraft:
     evidence = {"posterior": b.confidence, "trials": b.trials_spent, "converged": b.converged,
-                "target": inv.confidence, "no_culprit": b.no_culprit_probability}
+                "target": inv.confidence, "no_culprit": b.no_culprit_probability,
+                "outcome": b.outcome.value}
+    if b.outcome in _ENDS:
+        return _ends_claim(b, evidence)
     if b.converged and b.culprit is not None and b.confidence >= inv.confidence:
         return FindingDraft(
             f"commit {b.culprit[:12]} introduced it (posterior {b.confidence:.3f} >= "
@@ -193,3 +198,20 @@ def _bisection_claim(inv: Investigation, b: BisectResult) -> FindingDraft:
         {"bisection ran": b.trials_spent > 0,
          "posterior below the target": b.confidence < inv.confidence or not b.converged},
         {"leading_candidate": b.culprit, **evidence})
+
+
+_ENDS = {BisectOutcome.BAD_END_PASSES: (-1, "the bad end {c} did not fail in {n} trials: nothing "
+                                            "bisected, no culprit claimed", "bad end never failed"),
+         BisectOutcome.GOOD_END_FAILS: (0, "the good end {c} fails too ({f} of {n} trials): the "
+                                           "anomaly predates the range, no culprit claimed",
+                                        "good end failed")}
+
+
+def _ends_claim(b: BisectResult, evidence: dict) -> FindingDraft:
+    """A bisection stopped by its ends check: which end, and its trials."""
+    at, title, check = _ENDS[b.outcome]
+    end = list(b.posterior)[at]
+    f, n = b.counts().get(end, (0, 0))
+    held = n > 0 and (f == 0 if at == -1 else f > 0)
+    return FindingDraft(title.format(c=end[:12], f=f, n=n), {check: held},
+                        {"end": end, "end_failed": f, "end_trials": n, **evidence})

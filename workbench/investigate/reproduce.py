@@ -52,7 +52,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
               cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None, router: str = "embedded",
-              source: str | Path | None = None, judge: int = 2) -> Reproduction:
+              source: str | Path | None = None, judge: int | None = 2) -> Reproduction:
     """Runs seeded bursts of ``shape`` on a fresh PD pair running ``patches`` (none: the code as
     it is) from ``source`` (a source tree; default this checkout); stops once
     ``stop_after_flags`` counts of ``stop_on`` (``StopOn`` or its value) were seen.
@@ -63,7 +63,8 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     ``cap_s`` bounds the run in seconds from the launch start: no burst starts after it, and a
     running burst starts no turn past it. ``max_bursts=None`` (only with ``cap_s``) lets the cap
     alone end the run. ``judge``: unflagged rooms per burst whose buffers are compared with the
-    reference on both sides (the buffer-level oracle; 0 turns it off).
+    reference on both sides (the buffer-level oracle; 0 turns it off, None judges every
+    completed unflagged room).
     """
     stop_on = _stop_on(stop_on)
     if max_bursts is None and cap_s is None and seeds is None:
@@ -83,7 +84,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
                         seed=seeds[0] if seeds else seed, log_dir=log_dir, router=router,
                         decode_args=sh.decode_args, source=source) as pair:
         launch_s = time.monotonic() - t0
-        reference = ReferenceBuffers(pair.spec.engine_config()) if judge else None
+        reference = ReferenceBuffers(pair.spec.engine_config()) if judge != 0 else None
         for s in plan:
             left = LoadConfig.duration_s if cap_s is None else cap_s - (time.monotonic() - t0)
             if left <= 0:
@@ -158,11 +159,12 @@ def sweep(patches: Sequence[str] = (), *, shapes: Sequence[str | Shape] = SWEEP_
           bursts_per_shape: int = 1, cap_s: float | None = None,
           capture_dir: str | Path | None = None, log_dir: str | Path | None = None,
           source: str | Path | None = None, stop_on: StopOn | str = StopOn.ANOMALIES,
-          judge: int = 2) -> Sweep:
+          judge: int | None = 2) -> Sweep:
     """Reproduction mode for an unknown bug: the cells of ``workbench.drive.modes.plan(shapes,
     modes, seed=seed, pairs=pairs)`` in turn (``shapes`` as they are, each mode alone, then
     pairs of modes), a fresh pair each with seeds ``seed..seed+bursts_per_shape-1``, until the
-    first anomaly; ``cap_s`` bounds the whole sweep (no cell starts after it)."""
+    first anomaly; ``cap_s`` bounds the whole sweep (no cell starts after it); ``judge`` as
+    ``reproduce``'s (None: every room)."""
     cells = plan(shapes, modes, seed=seed, pairs=pairs)
     t0, tried, runs, starts = time.monotonic(), [], [], []
     names = tuple(c.name for c in cells)

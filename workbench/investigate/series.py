@@ -8,6 +8,7 @@ kept warm at a time, so consecutive trials of a candidate cost only the burst. A
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 from workbench.deploy import PDPair, launch_pd_pair
 from workbench.drive import inject_concurrency
 from workbench.drive.shapes import HICACHE, RACE_FAULTS
-from workbench.search import BisectResult, TrialStore, bisect
+from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
 from workbench.sim import Workload
 from workbench.sim import trial as sim_trial
 
@@ -110,7 +111,7 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
                         max_trials: int = 60, log_dir: str | Path | None = None,
                         experiment: str = "patch-series",
                         prior_fail_rate: tuple[float, float] = BURST_PRIOR,
-                        sim: Workload | None = None) -> BisectResult:
+                        sim: Workload | None = None, ends_budget: int = 0) -> BisectResult:
     """Bayesian bisection of the cumulative patch series; resumable through ``store``.
 
     A trial is a burst of many requests, so a bad candidate fails a sizeable fraction of
@@ -118,6 +119,8 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
     prior ``bisect`` defaults to, which would spend several more passes per good candidate.
     With ``sim`` (a ``workbench.sim.Workload``) a trial is one simulated schedule instead of a
     burst on a PD pair: deterministic, so the whole bisection replays from ``seed``.
+    ``ends_budget > 0`` first tries the full series (it must fail once in that many trials) and
+    the base, as ``bisect`` does; a result that names no culprit carries ``advice``.
     """
     ps = PatchSeries(tuple(series))
     pool = PairPool(log_dir=Path(log_dir) if log_dir else None, series=ps)
@@ -131,10 +134,24 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
             return simulated(ps.patches_of(candidate), seed)
         experiment = f"{experiment}:sim:{sim}"  # never mixed with real trials in one store
     try:
-        return bisect(ps.labels(), trial,
-                      confidence=confidence, max_trials=max_trials, seed=seed, store=db,
-                      experiment=experiment, prior_fail_rate=prior_fail_rate)
+        res = bisect(ps.labels(), trial, confidence=confidence, max_trials=max_trials,
+                     seed=seed, store=db, experiment=experiment,
+                     prior_fail_rate=prior_fail_rate, ends_budget=ends_budget)
     finally:
         pool.close()
         if db is not None:
             db.close()
+    return dataclasses.replace(res, advice=series_advice(res, sessions, max_trials))
+
+
+def series_advice(res: BisectResult, sessions: int, max_trials: int) -> tuple[str, ...]:
+    """What to try after a patch-series bisection that named no culprit (empty: converged)."""
+    if res.outcome is BisectOutcome.BAD_END_PASSES:
+        return (f"more sessions per burst (--sessions; now {sessions}) or a larger "
+                "--ends-budget: the full series never failed",)
+    if res.outcome is BisectOutcome.GOOD_END_FAILS:
+        return ("the base fails without any patch of the series: bisect commits instead",)
+    if res.outcome is BisectOutcome.NOT_CONVERGED:
+        return (f"more trials (--max-trials {2 * max_trials}; now {max_trials})",
+                f"more sessions per burst (--sessions; now {sessions})")
+    return ()

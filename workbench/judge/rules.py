@@ -6,15 +6,16 @@ from __future__ import annotations
 import polars as pl
 
 
-def judge_rooms(requests: pl.DataFrame, n: int) -> list[int]:
-    """Up to ``n`` unflagged completed rooms, longest conversation first (later turns cross the
-    most prefill chunk boundaries and reuse the most cached prefix)."""
-    if n <= 0 or not len(requests):
+def judge_rooms(requests: pl.DataFrame, n: int | None) -> list[int]:
+    """Up to ``n`` unflagged completed rooms (``None``: all of them), longest conversation first
+    (later turns cross the most prefill chunk boundaries and reuse the most cached prefix)."""
+    if (n is not None and n <= 0) or not len(requests):
         return []
     done = requests.filter(pl.col("v_leaked").is_not_null() & pl.col("room").is_not_null()
                            & ~pl.col("flagged"))
     order = done.with_columns(pl.col("messages").str.len_chars().alias("_chars"))
-    return order.sort(["_chars", "room"], descending=True)["room"].head(n).to_list()
+    rooms = order.sort(["_chars", "room"], descending=True)["room"]
+    return (rooms if n is None else rooms.head(n)).to_list()
 
 
 def unexpected_errors(df: pl.DataFrame, expect_timeouts: bool) -> int:

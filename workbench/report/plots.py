@@ -50,10 +50,13 @@ def plot_queues(df: pl.DataFrame, role: str = "decode"):
 
 
 def plot_rates(rows: pl.DataFrame, label: str = "variant"):
-    """Flag rate with its confidence interval per variant (columns: variant, rate, lo, hi)."""
+    """Flag rate with its confidence interval per variant (columns: variant, rate, lo, hi).
+    Error bars never go negative, even when ``lo``/``hi`` miss ``rate`` by a rounding error."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = range(len(rows))
-    err = [(rows["rate"] - rows["lo"]).to_list(), (rows["hi"] - rows["rate"]).to_list()]
+    # clipped at 0: an interval computed elsewhere may miss its rate by a rounding error
+    err = [(rows["rate"] - rows["lo"]).clip(lower_bound=0.0).to_list(),
+           (rows["hi"] - rows["rate"]).clip(lower_bound=0.0).to_list()]
     ax.errorbar(x, rows["rate"], yerr=err, fmt="o", capsize=4)
     ax.set_xticks(list(x), rows[label].to_list(), rotation=20, ha="right")
     ax.set_ylabel("flagged fraction (95% CI)")

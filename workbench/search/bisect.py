@@ -19,15 +19,14 @@ binary search that calls a candidate good after ``repeats`` clean trials.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
 from workbench.search.posterior import Posterior, choose_batch, entropy_bits
 from workbench.search.rate_prior import DEFAULT_RATE_PRIOR, RatePrior
+from workbench.search.result import BisectOutcome, BisectResult, default_repeats
 from workbench.search.trials import CachedTrial, TrialFn, TrialStore
 
 log = logging.getLogger(__name__)
@@ -41,37 +40,6 @@ DEFAULT_PRIOR_FAIL_RATE: RatePrior = DEFAULT_RATE_PRIOR
 
 BETA_PRIOR_FAIL_RATE = (0.3, 3.0)
 """The former default, Beta(0.3, 3): mean 0.09, density ~ p^-0.7 near 0."""
-
-@dataclass(frozen=True)
-class BisectResult:
-    """Outcome of a bisection.
-
-    Invariants: ``posterior`` maps every candidate to P(it is the first bad one | trials), and
-    ``sum(posterior.values()) + no_culprit_probability == 1`` (up to float rounding);
-    ``confidence`` is the posterior of the reported ``culprit`` (``None`` = no culprit);
-    ``trials_spent == history.height``.  ``history`` has one row per trial with columns
-    ``step, candidate, failed, max_posterior, entropy`` (bits, after that trial).
-    """
-
-    culprit: str | None
-    posterior: dict[str, float]
-    confidence: float
-    trials_spent: int
-    estimated_fail_rate_bad: float
-    estimated_fail_rate_good: float
-    history: pl.DataFrame = field(compare=False, repr=False)
-    no_culprit_probability: float = 0.0
-    converged: bool = True
-    method: str = "bayes"
-    trace: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False, repr=False)
-    """Posterior after every trial, long form: ``step, candidate, probability``."""
-
-    def fixed_repeat_bound(self, min_rate: float = 0.05, alpha: float = 0.05) -> tuple[int, int]:
-        """What fixed-repeat bisection would pay at most at the estimated bad-side rate (floored
-        at ``min_rate``): ``(clean trials per good call, total over log2(candidates) probes)``."""
-        per_probe = default_repeats(max(self.estimated_fail_rate_bad, min_rate), alpha)
-        return per_probe, per_probe * math.ceil(math.log2(max(2, len(self.posterior))))
-
 
 _HISTORY_SCHEMA = {"step": pl.Int64, "candidate": pl.Utf8, "failed": pl.Boolean,
                    "max_posterior": pl.Float64, "entropy": pl.Float64}
@@ -109,16 +77,16 @@ def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, se
 
 
 def _result(candidates: Sequence[str], model: Posterior, post: np.ndarray, pick: int,
-            spent: int, history: _History, converged: bool, method: str) -> BisectResult:
+            spent: int, history: _History, outcome: BisectOutcome, method: str,
+            target: float | None = None) -> BisectResult:
     n = len(candidates)
     result = BisectResult(
         candidates[pick] if pick < n else None,
         {c: float(p) for c, p in zip(candidates, post[:n], strict=True)},
         float(post[pick]), spent, *model.rates(post), history.frame(),
-        float(post[n]) if post.size > n else 0.0, converged, method,
-        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)))
-    log.info("%s bisect: culprit=%s confidence=%.4f trials=%d converged=%s", method,
-             result.culprit, result.confidence, spent, converged)
+        float(post[n]) if post.size > n else 0.0, outcome is BisectOutcome.CONVERGED, method,
+        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)), outcome, target)
+    log.info("%s bisect: %s", method, result.lead())
     return result
 
 
@@ -140,6 +108,8 @@ def bisect(
     store: TrialStore | None = None,
     experiment: str | None = None,
     workers: int = 1,
+    ends_budget: int = 0,
+    good_end_trials: int = 2,
 ) -> BisectResult:
     """Bayesian bisection: find the first bad candidate when failures are intermittent.
 
@@ -154,6 +124,12 @@ def bisect(
     an interrupted run resumes to the identical result with no trial repeated.
     ``workers > 1`` runs each step's ``workers`` most informative probes in parallel threads
     (``trial`` must then be thread-safe): more trials, less wall time; still deterministic.
+
+    ``ends_budget > 0`` checks both ends first (:func:`check_ends`), through the same runner, so
+    those trials are stored, replayed and counted in the posterior like any other: a bad end
+    with no failure in ``ends_budget`` trials ends the search as ``BAD_END_PASSES``; a good end
+    that fails in ``good_end_trials`` trials (only when good candidates never fail) ends it as
+    ``GOOD_END_FAILS``.  Neither claims a culprit.  The ends' trials run one at a time.
     """
     _check(candidates)
     if workers < 1:
@@ -163,7 +139,12 @@ def bisect(
     rng = np.random.default_rng(seed)
     history = _History()
     post = model.probabilities()
-    while post.max() < confidence and runner.spent < max_trials:
+    ends = None
+    if ends_budget > 0:
+        good_end = good_end_trials if prior_good_fail_rate is None else 0
+        ends = check_ends(candidates, runner, model, history, ends_budget, good_end, max_trials)
+        post = model.probabilities()
+    while ends is None and post.max() < confidence and runner.spent < max_trials:
         size = min(workers, max_trials - runner.spent)
         probes = choose_batch(model.information(post), rng, size)
         for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
@@ -171,19 +152,37 @@ def bisect(
             model.observe(j, failed)
             post = model.probabilities()
             history.add(candidates[j], failed, post)
-    converged = bool(post.max() >= confidence)
+    outcome = ends or (BisectOutcome.CONVERGED if post.max() >= confidence
+                       else BisectOutcome.NOT_CONVERGED)
     pick = int(np.argmax(post))
-    return _result(candidates, model, post, pick, runner.spent, history, converged, "bayes")
+    return _result(candidates, model, post, pick, runner.spent, history, outcome, "bayes",
+                   confidence)
 
 
-def default_repeats(fail_rate: float = 0.05, alpha: float = 0.05) -> int:
-    """Clean trials needed to call a candidate good: ``ceil(log(alpha) / log(1 - p))``.
+def check_ends(candidates: Sequence[str], runner: CachedTrial, model: Posterior,
+               history: _History, bad_budget: int, good_trials: int,
+               max_trials: int) -> BisectOutcome | None:
+    """Trials of the bad end (``c_{n-1}``) until its first failure, at most ``bad_budget``
+    (``BAD_END_PASSES`` if none failed), then up to ``good_trials`` of the good end (``c_0``,
+    ``GOOD_END_FAILS`` on a failure); None: both ends behave, bisect on.
+    Every trial is observed into ``model`` and ``history``; ``max_trials`` bounds them all."""
+    last = len(candidates) - 1
 
-    This is the smallest r with ``(1 - p)^r <= alpha`` (59 for p = alpha = 0.05).
-    """
-    if not 0 < fail_rate < 1 or not 0 < alpha < 1:
-        return 1
-    return max(1, math.ceil(math.log(alpha) / math.log1p(-fail_rate)))
+    def run_end(j: int, budget: int) -> bool:
+        for _ in range(budget):
+            if runner.spent >= max_trials:
+                return False
+            failed = runner(candidates[j])
+            model.observe(j, failed)
+            history.add(candidates[j], failed, model.probabilities())
+            if failed:
+                return True
+        return False
+    if not run_end(last, bad_budget):
+        return BisectOutcome.BAD_END_PASSES
+    if last > 0 and run_end(0, good_trials):
+        return BisectOutcome.GOOD_END_FAILS
+    return None
 
 
 def fixed_repeat_bisect(
@@ -225,7 +224,8 @@ def fixed_repeat_bisect(
         lo, hi = (lo, mid) if verdict else (mid + 1, hi)
     post = model.probabilities()
     pick = lo if lo == hi else int(np.argmax(post))
-    return _result(candidates, model, post, pick, runner.spent, history, lo == hi,
+    outcome = BisectOutcome.CONVERGED if lo == hi else BisectOutcome.NOT_CONVERGED
+    return _result(candidates, model, post, pick, runner.spent, history, outcome,
                    "fixed-repeat")
 
 

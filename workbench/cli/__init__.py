@@ -1,20 +1,8 @@
-"""``wb``: the workbench probes for scripted runs; results are written as Parquet.
-
-  wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
-           [--router embedded|sglang]
-  wb load  (--state runs/pair.json | --url URL) [--workload race_burst] [--sessions 16 ...]
-           --out runs/load.parquet
-  wb workloads
-  wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
-  wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
-  wb report NOTEBOOK -p key value ...
-  wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
-  wb findings [--ledger runs/findings.jsonl] [--out runs/findings.parquet]
-"""
+"""``wb``: the workbench probes for scripted runs, a thin shell over the library calls; results
+are written as Parquet. The commands and their flags: ``workbench.cli.parser``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -24,6 +12,7 @@ import threading
 from pathlib import Path
 
 from engine.cli import parse_overrides
+from workbench.cli.parser import LOAD_DEFAULTS, build_parser
 
 log = logging.getLogger("wb")
 
@@ -64,10 +53,6 @@ def cmd_up(args) -> None:
         pass
     finally:
         pair.close()
-
-
-LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
-                 "duration_s": 300.0, "max_tokens": 160}
 
 
 def load_kwargs(args) -> dict:
@@ -113,15 +98,19 @@ def cmd_bisect(args) -> None:
         good, bad = _commit_range(args.commits, "wb bisect")
         res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
                              confidence=args.confidence, seed=args.seed,
-                             max_trials=args.max_trials)
+                             max_trials=args.max_trials or 40, patches=tuple(_names(args.patches)),
+                             judge=args.judge, ends_budget=args.ends_budget)
     else:
         from workbench.investigate import bisect_patch_series
 
+        if args.patches:
+            raise SystemExit("wb bisect: --patches is for --commits (a series names its own)")
         res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
-                                  confidence=args.confidence, seed=args.seed)
+                                  confidence=args.confidence, seed=args.seed,
+                                  max_trials=args.max_trials or 60,
+                                  ends_budget=args.ends_budget)
     res.history.write_parquet(Path(args.store).with_suffix(".history.parquet"))
-    log.info("culprit %s (confidence %.3f, %d trials)", res.culprit, res.confidence,
-             res.trials_spent)
+    log.info("%s", res.headline())
 
 
 def cmd_investigate(args) -> None:
@@ -135,7 +124,9 @@ def cmd_investigate(args) -> None:
     good_bad = _commit_range(args.commits, "wb investigate") if args.commits else None
     inv = investigate(args.source, patches=_names(args.patches), seed=args.seed,
                       cap_s=args.cap_s, commits=good_bad, out_dir=args.runs_dir,
-                      shapes=_names(args.shapes) or None)
+                      shapes=_names(args.shapes) or None, judge=args.judge,
+                      max_trials=args.max_trials, bursts_per_shape=args.bursts_per_shape,
+                      modes=_modes(args), pairs=not args.no_pairs)
     for f in record_drafts(inv.findings(), replay=inv.replay(), tree=inv.tree,
                            source="wb investigate", ledger=args.ledger):
         log.info("%s", f)
@@ -154,11 +145,18 @@ def _notebook_report(args, out: Path) -> None:
 
     params = {"source": args.source, "patches": _names(args.patches), "seed": args.seed,
               "cap_s": args.cap_s, "commits": args.commits, "out_dir": args.runs_dir,
-              "findings_ledger": None}
+              "findings_ledger": None, "judge": args.judge, "max_trials": args.max_trials,
+              "bursts_per_shape": args.bursts_per_shape}
     if args.shapes:
         params["shapes"] = _names(args.shapes)
+    params.update({"modes": _modes(args), "pairs": not args.no_pairs})
     nb = NOTEBOOKS / "05_investigation_template.py"
     log.info("investigation report written to %s", run_report(nb, params, out))
+
+
+def _modes(args) -> list[str] | None:
+    """``--modes``: None (every mode) when absent, else the names given (possibly none)."""
+    return None if args.modes is None else _names(args.modes)
 
 
 def _commit_range(spec: str, cmd: str) -> tuple[str, str]:
@@ -224,78 +222,6 @@ def _value(raw: str):
         return raw
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="wb", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up")
-    up.add_argument("--state", default="runs/pair.json")
-    up.add_argument("--patches", default="")
-    up.add_argument("--engine", nargs="*", default=[], metavar="KEY=VALUE")
-    up.add_argument("--faults", default="{}")
-    up.add_argument("--seed", type=int, default=0)
-    up.add_argument("--router", default="embedded", help="embedded (ours) or sglang")
-    up.add_argument("--backend", default="embedded",
-                    help="embedded (our engine) or vllm (real vLLM over NIXL, make vllm-env)")
-    up.add_argument("--hold-s", type=float, default=0.0, help="stop after this long (0: never)")
-    load = sub.add_parser("load")
-    load.add_argument("--state")
-    load.add_argument("--url")
-    load.add_argument("--workload", help="a shipped workload name (wb workloads) or a file; "
-                                          "the flags below override its fields")
-    for name, default in LOAD_DEFAULTS.items():
-        load.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
-                          help=f"default {default} (without --workload)")
-    load.add_argument("--no-oracle", action="store_true")
-    load.add_argument("--capture-dir")
-    load.add_argument("--out", default="runs/load.parquet")
-    dump = sub.add_parser("dump")
-    dump.add_argument("--state", required=True)
-    dump.add_argument("--room", type=int, required=True)
-    dump.add_argument("--role", choices=["decode", "prefill"], default="decode")
-    dump.add_argument("--out", default="runs/dump.safetensors")
-    dump.add_argument("--diff", action="store_true")
-    bis = sub.add_parser("bisect", help="bisect a patch series or a commit range")
-    bis.add_argument("--series", help="patch names, comma separated (candidate i enables i)")
-    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --repo to bisect")
-    bis.add_argument("--repo", default=".")
-    bis.add_argument("--shape", default="baseline", help="the load shape of each trial")
-    bis.add_argument("--max-trials", type=int, default=40)
-    bis.add_argument("--store", default="runs/bisect.sqlite")
-    bis.add_argument("--sessions", type=int, default=6)
-    bis.add_argument("--confidence", type=float, default=0.9)
-    bis.add_argument("--seed", type=int, default=0)
-    rep = sub.add_parser("report")
-    rep.add_argument("notebook")
-    rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                     metavar=("KEY", "VALUE"))
-    rep.add_argument("--out-dir", default="reports")
-    inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; records the "
-                                             "findings and writes investigation.txt")
-    inv.add_argument("--source", help="checkout to investigate (default: this one)")
-    inv.add_argument("--patches", default="", help="patch variants to enable, comma separated")
-    inv.add_argument("--shapes", default="", help="shapes to sweep (default: all, in order)")
-    inv.add_argument("--seed", type=int, default=0)
-    inv.add_argument("--cap-s", type=float)
-    inv.add_argument("--commits", metavar="GOOD..BAD", help="bisect this range after a hit")
-    inv.add_argument("--runs-dir", default="runs/investigate")
-    inv.add_argument("--out-dir", default="reports")
-    inv.add_argument("--ledger", default="runs/findings.jsonl")
-    inv.add_argument("--report", action="store_true",
-                     help="also execute notebook 05 to HTML (needs the report extra)")
-    ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
-    ker.add_argument("--a", default="torch")
-    ker.add_argument("--b", default="triton")
-    ker.add_argument("--seed", type=int, default=0)
-    ker.add_argument("--cases", type=int, default=8)
-    ker.add_argument("--out", default="runs/kernels.parquet")
-    sub.add_parser("workloads", help="list the shipped workloads")
-    fin = sub.add_parser("findings", help="list the recorded findings (which held, where)")
-    fin.add_argument("--ledger", default="runs/findings.jsonl")
-    fin.add_argument("--out", help="also write the table as Parquet")
-    return ap
-
-
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -310,6 +236,3 @@ def main(argv: list[str] | None = None) -> None:
     except ReportUnavailable as exc:
         raise SystemExit(f"wb {args.cmd}: {exc}") from None
 
-
-if __name__ == "__main__":
-    main()

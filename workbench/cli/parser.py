@@ -1,0 +1,119 @@
+"""``wb``: the workbench probes for scripted runs; results are written as Parquet.
+
+  wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
+           [--router embedded|sglang]
+  wb load  (--state runs/pair.json | --url URL) [--workload race_burst] [--sessions 16 ...]
+           --out runs/load.parquet
+  wb workloads
+  wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
+  wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
+  wb bisect --commits GOOD..BAD [--shape S --patches a,b --judge N|all --ends-budget 8]
+  wb investigate [--source DIR --commits GOOD..BAD --judge N|all --bursts-per-shape N]
+  wb report NOTEBOOK -p key value ...
+  wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
+  wb findings [--ledger runs/findings.jsonl] [--out runs/findings.parquet]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
+                 "duration_s": 300.0, "max_tokens": 160}
+
+
+def judge_arg(text: str) -> int | None:
+    """``--judge``: rooms per burst for the buffer oracle, a count >= 0 or ``all`` (None)."""
+    if text != "all" and not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"--judge wants a count >= 0 or 'all', not {text!r}")
+    return None if text == "all" else int(text)
+
+
+def _search_flags(p: argparse.ArgumentParser, max_trials: int | None, helps: str) -> None:
+    """``--judge`` and ``--max-trials``, which ``wb bisect`` and ``wb investigate`` share."""
+    p.add_argument("--judge", type=judge_arg, default=2, help="rooms per burst the buffer "
+                   "oracle compares with the reference (a count, or all)")
+    p.add_argument("--max-trials", type=int, default=max_trials, help=helps)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="wb", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up")
+    up.add_argument("--state", default="runs/pair.json")
+    up.add_argument("--patches", default="")
+    up.add_argument("--engine", nargs="*", default=[], metavar="KEY=VALUE")
+    up.add_argument("--faults", default="{}")
+    up.add_argument("--seed", type=int, default=0)
+    up.add_argument("--router", default="embedded", help="embedded (ours) or sglang")
+    up.add_argument("--backend", default="embedded",
+                    help="embedded (our engine) or vllm (real vLLM over NIXL, make vllm-env)")
+    up.add_argument("--hold-s", type=float, default=0.0, help="stop after this long (0: never)")
+    load = sub.add_parser("load")
+    load.add_argument("--state")
+    load.add_argument("--url")
+    load.add_argument("--workload", help="a shipped workload name (wb workloads) or a file; "
+                                          "the flags below override its fields")
+    for name, default in LOAD_DEFAULTS.items():
+        load.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
+                          help=f"default {default} (without --workload)")
+    load.add_argument("--no-oracle", action="store_true")
+    load.add_argument("--capture-dir")
+    load.add_argument("--out", default="runs/load.parquet")
+    dump = sub.add_parser("dump")
+    dump.add_argument("--state", required=True)
+    dump.add_argument("--room", type=int, required=True)
+    dump.add_argument("--role", choices=["decode", "prefill"], default="decode")
+    dump.add_argument("--out", default="runs/dump.safetensors")
+    dump.add_argument("--diff", action="store_true")
+    bis = sub.add_parser("bisect", help="bisect a patch series or a commit range")
+    bis.add_argument("--series", help="patch names, comma separated (candidate i enables i)")
+    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --repo to bisect")
+    bis.add_argument("--repo", default=".")
+    bis.add_argument("--shape", default="baseline", help="the load shape of each trial")
+    bis.add_argument("--patches", default="",
+                     help="patch variants enabled on every candidate commit, comma separated")
+    _search_flags(bis, None, "trial budget (default 40 for --commits, 60 for --series)")
+    bis.add_argument("--ends-budget", type=int, default=8,
+                     help="trials the bad end gets to fail once before bisecting (0: no check)")
+    bis.add_argument("--store", default="runs/bisect.sqlite")
+    bis.add_argument("--sessions", type=int, default=6)
+    bis.add_argument("--confidence", type=float, default=0.9)
+    bis.add_argument("--seed", type=int, default=0)
+    rep = sub.add_parser("report")
+    rep.add_argument("notebook")
+    rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                     metavar=("KEY", "VALUE"))
+    rep.add_argument("--out-dir", default="reports")
+    inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; records the "
+                                             "findings and writes investigation.txt")
+    inv.add_argument("--source", help="checkout to investigate (default: this one)")
+    inv.add_argument("--patches", default="", help="patch variants to enable, comma separated")
+    inv.add_argument("--shapes", default="", help="shapes to sweep (default: all, in order)")
+    inv.add_argument("--modes", help="engine modes swept after the shapes, comma separated "
+                                     "(default: all; '' for none)")
+    inv.add_argument("--no-pairs", action="store_true", help="no pairs of modes")
+    inv.add_argument("--seed", type=int, default=0)
+    inv.add_argument("--cap-s", type=float)
+    inv.add_argument("--commits", metavar="GOOD..BAD", help="bisect this range after a hit")
+    _search_flags(inv, 40, "the bisection's trial budget")
+    inv.add_argument("--bursts-per-shape", type=int, default=1)
+    inv.add_argument("--runs-dir", default="runs/investigate")
+    inv.add_argument("--out-dir", default="reports")
+    inv.add_argument("--ledger", default="runs/findings.jsonl")
+    inv.add_argument("--report", action="store_true",
+                     help="also execute notebook 05 to HTML (needs the report extra)")
+    ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
+    ker.add_argument("--a", default="torch")
+    ker.add_argument("--b", default="triton")
+    ker.add_argument("--seed", type=int, default=0)
+    ker.add_argument("--cases", type=int, default=8)
+    ker.add_argument("--out", default="runs/kernels.parquet")
+    sub.add_parser("workloads", help="list the shipped workloads")
+    fin = sub.add_parser("findings", help="list the recorded findings (which held, where)")
+    fin.add_argument("--ledger", default="runs/findings.jsonl")
+    fin.add_argument("--out", help="also write the table as Parquet")
+    return ap
+
+
