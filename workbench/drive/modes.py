@@ -65,10 +65,10 @@ for _m in (
 ):
     MODES.register(_m.name, _m)
 
-MODE_ORDER: tuple[str, ...] = ("overlap", "chunk_aligned", "page_aligned", "bf16_index_k",
-                               "chunk_64", "hicache_off", "page_32")
-"""Single modes in sweep order: the production default of SGLang first, then the cheap
-workload-only axes, then configuration changes."""
+MODE_ORDER: tuple[str, ...] = ("overlap", "hicache_off", "chunk_aligned", "page_aligned",
+                               "chunk_64", "bf16_index_k", "page_32")
+"""Single modes in sweep order: SGLang's production defaults first (overlap scheduling on, no
+HiCache host tier), then the workload-only axes, then other configuration changes."""
 
 _DEFAULTS = {"page": 16, "chunk": 256}  # engine.config.EngineConfig's page_size, chunk_size
 
