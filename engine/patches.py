@@ -127,6 +127,13 @@ for _p in (
           "of that page attends to stale K/V, corrupted output",
           "page-granular radix matching that rounds a partially matching page up (page_size > 1 "
           "prefix reuse)"),
+    Patch("decode_kv_fp8_roundtrip",
+          "Decode steps store their new K/V through an fp8 (e4m3) intermediate although the "
+          "cache is fp32 (prefill chunks store it exactly).",
+          "silent precision loss on one write path -> logprobs drift (by ~1e-6 on this confident "
+          "model) while greedy tokens do not flip: invisible to a token-level oracle",
+          "a decode-only KV store path (fused or graph-captured kernel) casting through a lower "
+          "precision than the cache"),
     Patch("hicache_v_after_counter",
           "HiCache layer-wise load-back advances a layer's done counter after copying K but "
           "before copying V: a forward woken by the counter reads that layer's V from the "

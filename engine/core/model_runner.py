@@ -110,7 +110,7 @@ class ModelRunner:
         x = layers.embed(m, inp.tokens, inp.prev)
         for li, layer in enumerate(m.layers):
             a = layers.attn_inputs(m, layer, x, rope, bi)
-            self.pool.write_kv(li, inp.slots, a.k, a.v)
+            self.pool.write_kv(li, inp.slots, *self.hooks.stored_kv(a.k, a.v, batch))
             qk = k.quantize_index_k(a.ki, self.cfg.index_k_dtype)
             self.pool.write_index_k(li, inp.slots, qk.values, qk.scale)
             if self.before_layer is not None:

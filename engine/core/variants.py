@@ -4,6 +4,8 @@ non-overlap schedule); each mixin reproduces one zoo entry or modifier of ``engi
 
 from __future__ import annotations
 
+import torch
+
 from engine.variants import variant
 
 
@@ -25,6 +27,10 @@ class CoreHooks:
         """The row whose logits choose the next token of an item ending at token ``end``:
         its last row."""
         return last_row
+
+    def stored_kv(self, k, v, batch):
+        """The K/V rows the batch writes into the pool: as computed."""
+        return k, v
 
     def future_tokens(self, live: tuple, resolved: tuple) -> dict:
         """Overlap scheduling: the tokens forward k-1 sampled that forward k reads as inputs,
@@ -75,6 +81,10 @@ class ChunkEndSampleRow(CoreHooks):
 
 @variant("overlap_future_token_slot_shift")
 class FutureTokensBySlot(CoreHooks):
+    def stored_kv(self, k, v, batch):
+        """The K/V rows the batch writes into the pool: as computed."""
+        return k, v
+
     def future_tokens(self, live: tuple, resolved: tuple) -> dict:
         return {s.seq: r.token for s, r in zip(live, resolved, strict=False)}
 
@@ -82,3 +92,16 @@ class FutureTokensBySlot(CoreHooks):
 @variant("radix_partial_page_rounded_up")
 class PartialPageRoundedUp(CoreHooks):
     partial_page_min = 0.5
+
+
+@variant("decode_kv_fp8_roundtrip")
+class DecodeKvFp8(CoreHooks):
+    def stored_kv(self, k, v, batch):
+        steps = torch.tensor([it.num_tokens == 1 for it in batch.items
+                              for _ in range(it.num_tokens)])
+        if not bool(steps.any()):
+            return k, v
+        k, v = k.clone(), v.clone()  # decode steps store through an fp8 intermediate
+        k[steps] = k[steps].to(torch.float8_e4m3fn).to(k.dtype)
+        v[steps] = v[steps].to(torch.float8_e4m3fn).to(v.dtype)
+        return k, v
