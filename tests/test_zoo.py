@@ -138,6 +138,25 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
 @pytest.mark.zoo
 @pytest.mark.servers
 @pytest.mark.nixl
+def test_a_bug_of_one_engine_mode_is_found_by_the_cell_that_turns_it_on(tmp_path):
+    from bench.zoo import TRUTH
+    from workbench.investigate import investigate
+
+    bug = "overlap_future_token_slot_shift"
+    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=["baseline"],
+                      modes=["overlap", "hicache_off"], pairs=False)
+    cov = inv.coverage()
+    assert inv.sweep.fired == "baseline+overlap", cov
+    assert cov["status"].to_list() == ["clean", "fired", "not run"]
+    assert cov["responses"][0] > 0  # the default cell ran and judged, and stayed clean
+    assert inv.diagnosis.stage in TRUTH[bug], inv.diagnosis
+    assert "coverage:" in inv.report() and "oracle:" in inv.report()
+
+
+@pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
     from workbench.investigate import investigate
 
