@@ -26,7 +26,8 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "v_leaked": pl.Boolean, "v_dropped": pl.Boolean, "v_well_formed": pl.Boolean,
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
           "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean,
-          "v_logprob_drift": pl.Boolean, "v_logprob_drift_max": pl.Float64}
+          "v_logprob_drift": pl.Boolean, "v_logprob_drift_max": pl.Float64,
+          "prompt_tokens": pl.Int64}
 
 
 @dataclass(frozen=True)

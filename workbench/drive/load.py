@@ -68,6 +68,7 @@ class RequestRecord:
         out["messages"] = json.dumps(self.messages)
         out["tools"] = json.dumps(self.tools)
         out["token_ids"] = json.dumps(self.token_ids)
+        out["prompt_tokens"] = len(self.prompt_ids) if self.prompt_ids is not None else None
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
                     ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",

@@ -107,12 +107,20 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
     flagged = s.flagged - (s.aborted if shape.expect_aborts else 0)
     row = Burst(seed, s.completed, flagged, s.leaked, s.ref_mismatch, s.dropped, s.aborted,
                 errors, **ev.row(), leftover=drain.leftover)
-    locs = _judge(pair, judge_rooms(df, judge), reference)
+    locs = _judge(pair, _rooms_to_judge(pair, df, judge), reference)
     row = dataclasses.replace(row, judged_rooms=len(locs),
                               buffer_flags=sum(loc.first is not None for loc in locs))
     log.info("burst seed=%d shape=%s: %s drain=%s", seed, shape.name, row, drain.left)
     frame = df.with_columns(pl.lit(seed).alias("seed")) if len(df) else df
     return BurstRun(row, frame, res.captures, ev.reasons(), drain, tuple(locs))
+
+
+def _rooms_to_judge(pair: PDPair, df: pl.DataFrame, judge: int | None) -> list[int]:
+    """``judge_rooms`` with the pair's page and chunk sizes (none read when ``judge`` is 0)."""
+    if judge == 0:
+        return []
+    cfg = pair.spec.engine_config()
+    return judge_rooms(df, judge, page_size=cfg.page_size, chunk_size=cfg.chunk_size)
 
 
 def _judge(pair: PDPair, rooms: list[int], reference) -> list[Localization]:

@@ -141,7 +141,8 @@ class PDSimulation(EngineSimulation):
     def judge(self, requests: pl.DataFrame) -> SimEvidence:
         """The buffer-level oracle of real mode's bursts: ``Workload.judge`` unflagged rooms
         (``judge_rooms``) compared with the reference on both sides (``localize``)."""
-        rooms = judge_rooms(requests, self.w.judge if self.cfg.debug_capture else 0)
+        rooms = judge_rooms(requests, self.w.judge if self.cfg.debug_capture else 0,
+                            page_size=self.cfg.page_size, chunk_size=self.cfg.chunk_size)
         flags = 0
         for room in rooms:
             loc = localize(self, room, _reference(self.cfg))
