@@ -16,6 +16,7 @@ from engine.training import make_transcript
 from workbench.deploy import launch_pd_pair
 from workbench.drive import inject_concurrency, kill_storm
 from workbench.investigate import reproduce
+from workbench.judge import LOGPROB_TOLERANCE
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
@@ -31,6 +32,9 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
     s = res.summary
     assert s.completed == s.requests >= 6 and s.errors == 0
     assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
+    # below the token too: every response's logprobs, sent by the server, within the tolerance
+    assert res.requests["v_logprob_drift_max"].null_count() == 0 and s.drifted == 0
+    assert s.max_drift is not None and s.max_drift <= LOGPROB_TOLERANCE
     assert res.requests["room"].n_unique() == s.requests
     assert [p["name"] for p in enabled["patches"] if p["enabled"]] == list(patches)
     assert queues["transfer"] == [] and queues["quarantine"] == []
