@@ -83,7 +83,7 @@ class PDSimulation(EngineSimulation):
         self.next_room += 1
         room = self.next_room
         self.rid_of_room[room] = rid
-        greedy = dict(temperature=0.0, seed=i)
+        greedy = dict(temperature=0.0, seed=i, logprobs=0)  # the prefill's sends the first's
         pseq = Sequence(f"{rid}-prefill", ids, SamplingParams(max_tokens=1, **greedy),
                         sink=lambda e: None)
         seq = Sequence(rid, ids, SamplingParams(max_tokens=self.w.max_tokens, **greedy),
