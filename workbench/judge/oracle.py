@@ -31,12 +31,13 @@ from engine.text.dsml_grammar import partial_suffix
 LOGPROB_TOLERANCE = 1e-6
 """The largest |server logprob - reference logprob| of an agreeing token a verdict accepts
 (batch-invariant greedy, torch kernels). Measured on the correct code over real PD pairs
-(issue 25, ``python -m bench.logprob_drift``, ``docs/workbench.md``): max drift 0.0, bit-for-bit equal, over 7,355 tokens of 198
-responses (HiCache off; on; on with the ``hicache_race`` faults and ``overlap_schedule``), the
-servers on 1 torch thread and the reference on 2. A greedy token is the argmax of 128, so its
-logprob is >= -ln 128 = -4.85, where 1e-6 is >= 2 fp32 ulps (8 at |logprob| ~1). It catches
-``hicache_v_after_counter``'s drift (1.2e-6 to 1.1e-5 on 3 of 80 responses whose tokens all
-agreed) and ``chunk_prev_token_dropped``'s (up to 0.23; 17 of its 64 token-equal responses)."""
+(issue 25, ``python -m bench.logprob_drift``, ``docs/workbench.md``): max drift 0.0, bit for
+bit, over 7,355 tokens of 198 responses (HiCache off; on; on with the ``hicache_race`` faults
+and ``overlap_schedule``), the servers on 1 torch thread and the reference on 2. A greedy token
+is the argmax of 128, so its logprob is >= -ln 128 = -4.85, where 1e-6 is >= 2 fp32 ulps (8 at
+|logprob| ~1). It catches ``hicache_v_after_counter``'s drift (1.2e-6 to 1.1e-5 on 3 of 80
+responses whose tokens all agreed) and ``chunk_prev_token_dropped``'s (up to 0.23; 17 of its 64
+token-equal responses)."""
 
 
 @dataclass(frozen=True)
