@@ -29,6 +29,12 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
                                  progress=False)
         enabled = pair.debug("/debug/patches")
         queues = pair.debug("/debug/queues")
+        tr = make_transcript(3)
+        body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+                "max_tokens": 4, "logprobs": True}
+        one = httpx.post(pair.url + "/v1/chat/completions", json=body, headers=pair.headers,
+                         timeout=30).json()["choices"][0]["logprobs"]["content"]
+    assert one and all(e["logprob"] > -9999 for e in one)  # the first (aux row) is known too
     s = res.summary
     assert s.completed == s.requests >= 6 and s.errors == 0
     assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
