@@ -146,3 +146,15 @@ def test_a_call_cut_by_max_tokens_is_judged_by_its_tokens_not_as_a_leak():
     assert judge(closed, [], None, None, None, None, finish_reason="length").leaked
     assert not judge("ok " + T.FC_OPEN[:6], [], None, None, None, None, "", "length").leaked
     assert judge(cut, [], True, None, None, None, finish_reason="stop").leaked
+
+
+def test_the_load_records_each_tokens_logprob_and_unknown_ones_as_none():
+    from workbench.drive.load import RequestRecord, _apply_chunk
+
+    rec, calls = RequestRecord(0, 0, "answer"), {}
+    entries = [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -9999.0}]
+    _apply_chunk({"choices": [{"delta": {"content": "ab"}, "logprobs": {"content": entries}}]},
+                 rec, calls)
+    _apply_chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]}, rec, calls)
+    assert rec.logprobs == [-0.5, None] and rec.token_texts == ["a", "b"]
+    assert RequestRecord(0, 0, "call").row()["v_logprob_drift"] is None  # no verdict yet
