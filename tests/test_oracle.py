@@ -13,7 +13,7 @@ from engine.core.model_runner import ModelRunner
 from engine.model import Reference
 from engine.text import render_prompt
 from engine.training import make_transcript
-from workbench.judge import ReferenceOracle, judge
+from workbench.judge import LOGPROB_TOLERANCE, ReferenceOracle, judge
 
 
 def _prompts(n: int, tk, min_len: int) -> list[list[int]]:
@@ -84,10 +84,46 @@ def test_oracle_failure_is_a_per_request_flag():
 
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp32"])
 def test_oracle_matches_engine_storage_dtypes(make_engine, kv_dtype):
+    """Tokens equal, and so are their logprobs, bit for bit (the drift tolerance's basis)."""
     eng = make_engine(batch_invariant=True, kv_dtype=kv_dtype)
     prompts = _prompts(2, eng.tokenizer, 50)
     oracle = ReferenceOracle(eng.cfg)
-    assert _serve(eng, prompts, 16) == [oracle.expected(p, 16) for p in prompts]
+    seqs = [eng.submit(Sequence(f"r{i}", p, SamplingParams(max_tokens=16, logprobs=0)))
+            for i, p in enumerate(prompts)]
+    eng.run_until_idle()
+    for seq, prompt in zip(seqs, prompts, strict=True):
+        want = oracle.scored(prompt, 16)
+        assert list(seq.output) == list(want.tokens)
+        assert [lp.logprob for lp in seq.logprobs] == list(want.logprobs)
+    assert oracle.drift_tolerance == LOGPROB_TOLERANCE
+
+
+def test_logprob_drift_is_judged_over_agreeing_tokens_only():
+    ref, lps = [5, 6, 7], [-0.1, -0.2, -0.3]
+    small = LOGPROB_TOLERANCE / 2
+    ok = judge("", [], False, None, [5, 6, 7], ref, logprobs=[-0.1, None, -0.3 + small],
+               ref_logprobs=lps, tolerance=LOGPROB_TOLERANCE)
+    assert ok.ref_match and ok.logprob_drift == pytest.approx(small) and not ok.flagged
+    drift = LOGPROB_TOLERANCE * 10  # under the token: greedy tokens agree, logprobs moved
+    bad = judge("", [], False, None, [5, 6, 7], ref, logprobs=[-0.1, -0.2 - drift, -0.3],
+                ref_logprobs=lps, tolerance=LOGPROB_TOLERANCE)
+    assert bad.ref_match and bad.drifted and bad.flagged
+    assert bad.logprob_drift == pytest.approx(drift)
+    # past the first differing token nothing is comparable; no tolerance: reported, not flagged
+    cut = judge("", [], False, None, [5, 9, 7], ref, logprobs=[-0.1, -5.0, -9.0],
+                ref_logprobs=lps, tolerance=None)
+    assert cut.first_diff == 1 and cut.logprob_drift == 0.0 and not cut.drifted
+    loose = judge("", [], False, None, [5, 6, 7], ref, logprobs=[-0.1, -0.2 - drift, -0.3],
+                  ref_logprobs=lps, tolerance=None)
+    assert loose.logprob_drift == pytest.approx(drift) and not loose.flagged
+    assert judge("", [], False, None, [5], [5], logprobs=[None], ref_logprobs=[-0.1],
+                 tolerance=LOGPROB_TOLERANCE).logprob_drift is None
+
+
+def test_the_drift_tolerance_applies_only_to_batch_invariant_torch_servers(make_engine):
+    cfg = make_engine(batch_invariant=True).cfg
+    assert ReferenceOracle(cfg.replace(batch_invariant=False)).drift_tolerance is None
+    assert ReferenceOracle(cfg, tolerance=1e-3).drift_tolerance == 1e-3
 
 
 def test_an_abort_is_reported_as_an_abort_not_a_mismatch():
@@ -110,3 +146,15 @@ def test_a_call_cut_by_max_tokens_is_judged_by_its_tokens_not_as_a_leak():
     assert judge(closed, [], None, None, None, None, finish_reason="length").leaked
     assert not judge("ok " + T.FC_OPEN[:6], [], None, None, None, None, "", "length").leaked
     assert judge(cut, [], True, None, None, None, finish_reason="stop").leaked
+
+
+def test_the_load_records_each_tokens_logprob_and_unknown_ones_as_none():
+    from workbench.drive.load import RequestRecord, _apply_chunk
+
+    rec, calls = RequestRecord(0, 0, "answer"), {}
+    entries = [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -9999.0}]
+    _apply_chunk({"choices": [{"delta": {"content": "ab"}, "logprobs": {"content": entries}}]},
+                 rec, calls)
+    _apply_chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]}, rec, calls)
+    assert rec.logprobs == [-0.5, None] and rec.token_texts == ["a", "b"]
+    assert RequestRecord(0, 0, "call").row()["v_logprob_drift"] is None  # no verdict yet

@@ -16,6 +16,7 @@ from engine.training import make_transcript
 from workbench.deploy import launch_pd_pair
 from workbench.drive import inject_concurrency, kill_storm
 from workbench.investigate import reproduce
+from workbench.judge import LOGPROB_TOLERANCE
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 
@@ -28,9 +29,18 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
                                  progress=False)
         enabled = pair.debug("/debug/patches")
         queues = pair.debug("/debug/queues")
+        tr = make_transcript(3)
+        body = {"messages": tr.messages(upto_round=0), "tools": [t.to_openai() for t in tr.tools],
+                "max_tokens": 4, "logprobs": True}
+        one = httpx.post(pair.url + "/v1/chat/completions", json=body, headers=pair.headers,
+                         timeout=30).json()["choices"][0]["logprobs"]["content"]
+    assert one and all(e["logprob"] > -9999 for e in one)  # the first (aux row) is known too
     s = res.summary
     assert s.completed == s.requests >= 6 and s.errors == 0
     assert s.ref_mismatch == 0, res.requests.filter(~res.requests["v_ref_match"])
+    # below the token too: every response's logprobs, sent by the server, within the tolerance
+    assert res.requests["v_logprob_drift_max"].null_count() == 0 and s.drifted == 0
+    assert s.max_drift is not None and s.max_drift <= LOGPROB_TOLERANCE
     assert res.requests["room"].n_unique() == s.requests
     assert [p["name"] for p in enabled["patches"] if p["enabled"]] == list(patches)
     assert queues["transfer"] == [] and queues["quarantine"] == []

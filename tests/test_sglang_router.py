@@ -122,6 +122,7 @@ def test_aborts_through_the_real_router_leave_nothing_behind(pair):
     assert s.completed == 6 and s.flagged == 0 and s.ref_mismatch == 0  # 3 x (call + answer)
     assert res.requests["room"].null_count() == 0  # rooms read back from completion ids
     assert res.requests["v_ref_match"].null_count() == 0  # ids recovered from logprobs
+    assert res.requests["v_logprob_drift_max"].null_count() == 0 and s.drifted == 0  # values too
 
 
 def test_info_routes_fields_and_bootstrap_errors_on_our_servers(pair):

@@ -52,6 +52,7 @@ def test_fixed_pd_pair_passes_in_sim_judged_on_tokens_and_buffers():
     assert s.completed == s.requests >= 6 and s.errors == 0, s
     assert got.anomalies == 0, got.evidence
     assert got.evidence.judged_rooms == 2 and got.evidence.left == {}
+    assert s.drifted == 0 and s.max_drift == 0.0  # logprobs (the first over the aux row) exact
     assert {"prefill.step", "decode.step"} <= {d.label for d in got.trace}
     assert any(d.label.startswith("landed k") for d in got.trace)  # WRITEs land as decisions
 

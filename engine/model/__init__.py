@@ -2,6 +2,6 @@
 reference that recomputes it token by token."""
 
 from engine.model.model import TinyDeepSeek, load_model
-from engine.model.reference import Reference
+from engine.model.reference import Reference, Scored
 
-__all__ = ["Reference", "TinyDeepSeek", "load_model"]
+__all__ = ["Reference", "Scored", "TinyDeepSeek", "load_model"]

@@ -41,6 +41,14 @@ class ReferenceResult:
 
 
 @dataclass(frozen=True)
+class Scored:
+    """Greedy tokens and the log-probability of each (``tokens[i]``'s, fp32)."""
+
+    tokens: tuple[int, ...]
+    logprobs: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Prefix:
     """Per-layer buffers of every token so far, contiguous (position = row): what an incremental
     step attends to. No pages, no slots, no sharing."""
@@ -101,11 +109,19 @@ class Reference:
                  recompute: bool = False) -> list[int]:
         """Greedy tokens: the prompt in one pass, then one position per step over the contiguous
         prefix (``recompute=True``: the whole sequence again for every token)."""
-        tokens, output = list(prompt), []
+        return list(self.generate_scored(prompt, max_tokens, eos_id, recompute).tokens)
+
+    def generate_scored(self, prompt: list[int], max_tokens: int, eos_id: int,
+                        recompute: bool = False) -> Scored:
+        """``generate``'s greedy tokens with each one's log-probability, computed as the server
+        computes the one it returns: ``log_softmax`` of the fp32 logits at that position.
+        Invariant: ``len(tokens) == len(logprobs)``."""
+        tokens, output, lps = list(prompt), [], []
         result, prefix = self.extend(tokens, None)
         for _ in range(max_tokens):
             nxt = int(torch.argmax(result.logits[-1]).item())
             output.append(nxt)
+            lps.append(float(torch.log_softmax(result.logits[-1].float(), dim=-1)[nxt]))
             tokens.append(nxt)
             if nxt == eos_id or len(output) == max_tokens:
                 break
@@ -113,7 +129,7 @@ class Reference:
                 result = self.forward(tokens)
             else:
                 result, prefix = self.extend(tokens, prefix)
-        return output
+        return Scored(tuple(output), tuple(lps))
 
 
 def _cat(a: LayerBuffers, b: LayerBuffers) -> LayerBuffers:

@@ -25,7 +25,9 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "e2e_s": pl.Float64, "finish_reason": pl.Utf8, "dsml_leaked": pl.Boolean,
           "v_leaked": pl.Boolean, "v_dropped": pl.Boolean, "v_well_formed": pl.Boolean,
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
-          "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean}
+          "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean,
+          "v_logprob_drift": pl.Boolean, "v_logprob_drift_max": pl.Float64,
+          "prompt_tokens": pl.Int64}
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class LoadSummary:
     median_ttft_s: float | None
     median_e2e_s: float | None
     wall_s: float
+    drifted: int = 0  # responses whose logprobs drifted past the oracle's tolerance
+    max_drift: float | None = None  # the largest logprob drift of any judged response
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,14 @@ def summarize(df: pl.DataFrame, wall_s: float) -> LoadSummary:
         corrupt_leaks=int(done["corrupt_leak"].sum()) if len(done) else 0,
         flag_rate=flagged / len(done) if len(done) else 0.0,
         flag_rate_ci=wilson(flagged, len(done)), median_ttft_s=med("ttft_s"),
-        median_e2e_s=med("e2e_s"), wall_s=round(wall_s, 2))
+        median_e2e_s=med("e2e_s"), wall_s=round(wall_s, 2),
+        drifted=int(done["v_logprob_drift"].fill_null(False).sum()) if len(done) else 0,
+        max_drift=_max(done["v_logprob_drift_max"]) if len(done) else None)
+
+
+def _max(col: pl.Series) -> float | None:
+    vals = col.drop_nulls()
+    return float(vals.max()) if len(vals) else None
 
 
 def oracle_for(target) -> ReferenceOracle | None:
@@ -159,14 +170,14 @@ def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction
     ``align_to``: pad every prompt to end on a multiple of that many tokens
     (``workbench.drive.align``).
     """
-    cfg = LoadConfig(sessions, turns, kill_fraction, duration_s, seed, max_tokens,
-                     request_timeout_s=request_timeout_s, kill_window_s=kill_window_s,
-                     logprobs=_needs_logprobs(target),
-                     model=target.model if isinstance(target, PDPair) else None,
-                     align_to=align_to)
     if capture_dir and isinstance(target, PDPair):
         require(target, Capability.BUFFER_DUMPS, "inject_concurrency(capture_dir=...)")
     ref = oracle_for(target) if oracle is True else (oracle or None)
+    cfg = LoadConfig(sessions, turns, kill_fraction, duration_s, seed, max_tokens,
+                     request_timeout_s=request_timeout_s, kill_window_s=kill_window_s,
+                     logprobs=_needs_logprobs(target) or ref is not None,
+                     model=target.model if isinstance(target, PDPair) else None,
+                     align_to=align_to)
     out = Path(capture_dir) if capture_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import httpx
 
+from engine.model import Scored
 from engine.serving.responses import room_of_completion_id
 from engine.text import Tokenizer
 from engine.training.datagen import EVAL_SEED_BASE, Transcript, make_transcript
@@ -22,6 +23,7 @@ from workbench.drive.align import pad_to_boundary
 from workbench.judge import ReferenceOracle, Verdict, judge
 
 SESSION_SEED_BASE = EVAL_SEED_BASE + 500_000
+UNKNOWN_LOGPROB = -9999.0  # OpenAI's value for a token whose logprob the server does not know
 _TOKENIZER = Tokenizer()
 
 
@@ -48,6 +50,7 @@ class RequestRecord:
     tool_calls: list[dict] = field(default_factory=list)
     token_ids: list[int] | None = None
     token_texts: list[str] = field(default_factory=list)  # from logprobs, when ids are not sent
+    logprobs: list[float | None] | None = None  # per generated token, None where unknown
     prompt_ids: list[int] | None = None
     messages: list[dict] = field(default_factory=list)  # the request's messages, for replays
     tools: list[dict] = field(default_factory=list)
@@ -61,15 +64,18 @@ class RequestRecord:
     def row(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
                if k not in ("verdict", "tool_calls", "token_ids", "token_texts", "prompt_ids",
-                            "messages", "tools")}
+                            "messages", "tools", "logprobs")}
         out["tool_calls"] = json.dumps(self.tool_calls)
         out["messages"] = json.dumps(self.messages)
         out["tools"] = json.dumps(self.tools)
         out["token_ids"] = json.dumps(self.token_ids)
+        out["prompt_tokens"] = len(self.prompt_ids) if self.prompt_ids is not None else None
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
                     ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",
                      "first_diff", "oracle_error", "aborted")})
+        out["v_logprob_drift"] = v.drifted if v else None  # the flag (issue 25's name)
+        out["v_logprob_drift_max"] = v.logprob_drift if v else None  # its value
         out["flagged"] = bool(v and v.flagged)
         out["corrupt_leak"] = bool(v and v.leaked and v.ref_match is False)
         return out
@@ -132,7 +138,10 @@ def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> boo
     if rec.room is None and isinstance(chunk.get("id"), str):
         rec.room = room_of_completion_id(chunk["id"])
     for choice in chunk.get("choices", []):
-        rec.token_texts += [e["token"] for e in (choice.get("logprobs") or {}).get("content", [])]
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        rec.token_texts += [e["token"] for e in entries]
+        if entries:
+            rec.logprobs = (rec.logprobs or []) + [_known(e.get("logprob")) for e in entries]
         delta = choice.get("delta", {})
         carried |= bool(delta.get("content") or delta.get("tool_calls"))
         rec.content += delta.get("content") or ""
@@ -147,6 +156,11 @@ def _apply_chunk(chunk: dict, rec: RequestRecord, calls: dict[int, dict]) -> boo
             rec.finish_reason = choice["finish_reason"]
             rec.dsml_leaked = choice.get("dsml_leaked")
     return carried
+
+
+def _known(logprob) -> float | None:
+    """A logprob entry's value; None for OpenAI's "unknown" (-9999) or a missing one."""
+    return None if logprob is None or logprob <= UNKNOWN_LOGPROB else float(logprob)
 
 
 def chat_body(cfg: LoadConfig, messages: list[dict], tools: list[dict], seed: int,
@@ -179,6 +193,8 @@ class SessionRunner:
 
     def __init__(self, cfg: LoadConfig, url: str, session: int, oracle: ReferenceOracle | None,
                  deadline: float, sink) -> None:
+        if oracle is not None and not cfg.logprobs:  # the oracle judges logprobs too
+            cfg = replace(cfg, logprobs=True)
         self.cfg, self.url, self.session, self.oracle = cfg, url, session, oracle
         self.tr: Transcript = session_transcript(cfg.seed, session)
         self.rng = random.Random(f"{cfg.seed}:{session}")
@@ -233,15 +249,24 @@ class SessionRunner:
             ref = None
             if self.oracle is not None and not oracle_error:
                 try:
-                    ref = await asyncio.to_thread(self.oracle.expected, rec.prompt_ids,
+                    ref = await asyncio.to_thread(self.oracle.scored, rec.prompt_ids,
                                                   self.cfg.max_tokens)
                 except Exception as exc:  # noqa: BLE001 - flags this request, the run goes on
                     oracle_error = f"{type(exc).__name__}: {exc}"[:300]
-            rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
-                                rec.token_ids, ref, oracle_error, rec.finish_reason)
+            rec.verdict = self.verdict(rec, expected, ref, oracle_error)
             if self.cfg.align_to and rec.verdict.ref_match:
                 # padding takes the model off its transcripts: markup the reference writes too
                 # is the model's, not the server's
                 rec.verdict = replace(rec.verdict, leaked=False)
         self.sink(rec)
         return rec
+
+    def verdict(self, rec: RequestRecord, expected, ref: Scored | None,
+                oracle_error: str) -> Verdict:
+        """``rec``'s verdict against the reference ``ref`` (None: none), logprob drift included
+        when the server sent logprobs; the tolerance is the oracle's (None: drift not flagged)."""
+        tol = self.oracle.drift_tolerance if self.oracle is not None else None
+        return judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected, rec.token_ids,
+                     list(ref.tokens) if ref else None, oracle_error, rec.finish_reason,
+                     logprobs=rec.logprobs, ref_logprobs=list(ref.logprobs) if ref else None,
+                     tolerance=tol)

@@ -31,6 +31,7 @@ class StopOn(enum.Enum):
     LEAKED = "leaked"
     MISMATCHED = "mismatched"
     DROPPED = "dropped"
+    DRIFTED = "drifted"
     ANOMALIES = "anomalies"
 
     def count(self, burst: Burst) -> int:
@@ -45,7 +46,9 @@ class Burst:
     K/V reads and sends); ``late_writes``: decode notifications for rooms with no live owner;
     ``failed_rooms``: rooms Failed on either side; ``leftover``: what stayed after draining;
     ``judged_rooms``: unflagged rooms whose buffers were compared with the reference on both
-    sides (the buffer-level oracle), ``buffer_flags``: those that differed."""
+    sides (the buffer-level oracle), ``buffer_flags``: those that differed; ``drifted``:
+    responses whose logprobs drifted from the reference's past the oracle's tolerance (also in
+    ``flagged``: corruption below the token)."""
 
     seed: int
     requests: int
@@ -64,6 +67,7 @@ class Burst:
     leftover: int = 0
     judged_rooms: int = 0
     buffer_flags: int = 0
+    drifted: int = 0
     t_s: float = 0.0
 
     @property
@@ -107,13 +111,21 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
     errors = unexpected_errors(df, shape.expect_aborts)
     flagged = s.flagged - (s.aborted if shape.expect_aborts else 0)
     row = Burst(seed, s.completed, flagged, s.leaked, s.ref_mismatch, s.dropped, s.aborted,
-                errors, **ev.row(), leftover=drain.leftover)
-    locs = _judge(pair, judge_rooms(df, judge), reference)
+                errors, **ev.row(), leftover=drain.leftover, drifted=s.drifted)
+    locs = _judge(pair, _rooms_to_judge(pair, df, judge), reference)
     row = dataclasses.replace(row, judged_rooms=len(locs),
                               buffer_flags=sum(loc.first is not None for loc in locs))
     log.info("burst seed=%d shape=%s: %s drain=%s", seed, shape.name, row, drain.left)
     frame = df.with_columns(pl.lit(seed).alias("seed")) if len(df) else df
     return BurstRun(row, frame, res.captures, ev.reasons(), drain, tuple(locs))
+
+
+def _rooms_to_judge(pair: PDPair, df: pl.DataFrame, judge: int | None) -> list[int]:
+    """``judge_rooms`` with the pair's page and chunk sizes (none read when ``judge`` is 0)."""
+    if judge == 0:
+        return []
+    cfg = pair.spec.engine_config()
+    return judge_rooms(df, judge, page_size=cfg.page_size, chunk_size=cfg.chunk_size)
 
 
 def _judge(pair: PDPair, rooms: list[int], reference) -> list[Localization]:

@@ -14,6 +14,7 @@ import polars as pl
 
 from workbench.investigate.bursts import Reproduction
 from workbench.investigate.reproduce import Sweep
+from workbench.judge import LOGPROB_TOLERANCE
 
 
 def column_total(frame: pl.DataFrame, col: str) -> int:
@@ -29,19 +30,21 @@ class CellStatus(enum.Enum):
 
 COVERAGE_SCHEMA = {"cell": pl.Utf8, "shape": pl.Utf8, "modes": pl.Utf8, "status": pl.Utf8,
                    "bursts": pl.Int64, "responses": pl.Int64, "flagged": pl.Int64,
-                   "judged_rooms": pl.Int64, "buffer_flags": pl.Int64, "anomalies": pl.Int64}
+                   "drifted": pl.Int64, "judged_rooms": pl.Int64, "buffer_flags": pl.Int64,
+                   "anomalies": pl.Int64}
+_COUNTS = ("bursts", "responses", "flagged", "drifted", "judged_rooms", "buffer_flags",
+           "anomalies")
 
 
 def _row(cell: str, rep: Reproduction | None, fired: str | None) -> dict:
     shape, *modes = cell.split("+")
     if rep is None:
-        counts = dict.fromkeys(("bursts", "responses", "flagged", "judged_rooms",
-                                "buffer_flags", "anomalies"), 0)
+        counts = dict.fromkeys(_COUNTS, 0)
         status = CellStatus.NOT_RUN
     else:
         b = rep.bursts
         counts = {"bursts": b.height, "responses": column_total(b, "requests"),
-                  "flagged": column_total(b, "flagged"),
+                  "flagged": column_total(b, "flagged"), "drifted": column_total(b, "drifted"),
                   "judged_rooms": column_total(b, "judged_rooms"),
                   "buffer_flags": column_total(b, "buffer_flags"), "anomalies": rep.anomalies}
         status = CellStatus.FIRED if cell == fired else CellStatus.CLEAN
@@ -59,19 +62,22 @@ def coverage_table(sw: Sweep) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class Resolution:
-    """What the oracle could see in a sweep: greedy tokens of ``responses`` compared with the
-    single-request reference, and the buffers of ``judged_rooms`` rooms compared layer by layer
-    on both sides (``judge`` rooms per burst; None: every room)."""
+    """What the oracle could see in a sweep: greedy tokens and per-token logprobs of
+    ``responses`` compared with the single-request reference (a logprob further than
+    ``tolerance`` from the reference's is a flag even when the token agrees), and the buffers of
+    ``judged_rooms`` rooms compared layer by layer on both sides (``judge`` rooms per burst;
+    None: every room)."""
 
     responses: int
     judged_rooms: int
     judge: int | None
+    tolerance: float = LOGPROB_TOLERANCE
 
     def describe(self) -> str:
         per = "every room" if self.judge is None else f"{self.judge} rooms per burst"
-        return (f"oracle: greedy tokens of {self.responses} responses against the reference; "
-                f"buffers of {self.judged_rooms} rooms ({per}) against the reference on both "
-                "sides")
+        return (f"oracle: greedy tokens of {self.responses} responses against the reference, "
+                f"their logprobs within {self.tolerance:g}; buffers of {self.judged_rooms} "
+                f"rooms ({per}) against the reference on both sides")
 
 
 def resolution(sw: Sweep, judge: int | None) -> Resolution:
@@ -81,10 +87,11 @@ def resolution(sw: Sweep, judge: int | None) -> Resolution:
 
 def render(table: pl.DataFrame) -> str:
     """The coverage table as aligned text lines (for plain-text reports)."""
-    head = f"{'cell':40} {'status':8} {'bursts':>6} {'resp':>5} {'flag':>5} {'rooms':>5} " \
-           f"{'bufs':>5}"
+    head = f"{'cell':40} {'status':8} {'bursts':>6} {'resp':>5} {'flag':>5} {'drift':>5} " \
+           f"{'rooms':>5} {'bufs':>5}"
     lines = [head]
     for r in table.iter_rows(named=True):
         lines.append(f"{r['cell'][:40]:40} {r['status']:8} {r['bursts']:>6} {r['responses']:>5} "
-                     f"{r['flagged']:>5} {r['judged_rooms']:>5} {r['buffer_flags']:>5}")
+                     f"{r['flagged']:>5} {r['drifted']:>5} {r['judged_rooms']:>5} "
+                     f"{r['buffer_flags']:>5}")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ def flagged_requests(rep: Reproduction) -> pl.DataFrame:
     """The flagged rows, with what the oracle saw (content, first differing token, verdicts)."""
     cols = ["seed", "session", "turn", "kind", "room", "finish_reason", "content",
             "v_first_diff", "v_leaked", "v_dropped", "v_well_formed", "v_ref_match",
-            "v_aborted", "v_oracle_error"]
+            "v_aborted", "v_oracle_error", "v_logprob_drift", "v_logprob_drift_max"]
     return rep.requests.filter(pl.col("flagged")).select(cols)
 
 

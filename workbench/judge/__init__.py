@@ -11,10 +11,10 @@ from workbench.judge.findings import (
     record_drafts,
     record_finding,
 )
-from workbench.judge.oracle import ReferenceOracle, Verdict, judge
+from workbench.judge.oracle import LOGPROB_TOLERANCE, ReferenceOracle, Verdict, judge
 from workbench.judge.rules import judge_rooms, unexpected_errors
 from workbench.judge.symptoms import Symptom, symptoms
 
-__all__ = ["FindingDraft", "FindingNotSupported", "ReferenceOracle", "Symptom", "Verdict",
-           "judge", "judge_rooms", "read_findings", "record_drafts", "record_finding",
-           "symptoms", "unexpected_errors"]
+__all__ = ["LOGPROB_TOLERANCE", "FindingDraft", "FindingNotSupported", "ReferenceOracle",
+           "Symptom", "Verdict", "judge", "judge_rooms", "read_findings", "record_drafts",
+           "record_finding", "symptoms", "unexpected_errors"]

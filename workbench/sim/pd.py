@@ -83,7 +83,7 @@ class PDSimulation(EngineSimulation):
         self.next_room += 1
         room = self.next_room
         self.rid_of_room[room] = rid
-        greedy = dict(temperature=0.0, seed=i)
+        greedy = dict(temperature=0.0, seed=i, logprobs=0)  # the prefill's sends the first's
         pseq = Sequence(f"{rid}-prefill", ids, SamplingParams(max_tokens=1, **greedy),
                         sink=lambda e: None)
         seq = Sequence(rid, ids, SamplingParams(max_tokens=self.w.max_tokens, **greedy),
@@ -141,7 +141,8 @@ class PDSimulation(EngineSimulation):
     def judge(self, requests: pl.DataFrame) -> SimEvidence:
         """The buffer-level oracle of real mode's bursts: ``Workload.judge`` unflagged rooms
         (``judge_rooms``) compared with the reference on both sides (``localize``)."""
-        rooms = judge_rooms(requests, self.w.judge if self.cfg.debug_capture else 0)
+        rooms = judge_rooms(requests, self.w.judge if self.cfg.debug_capture else 0,
+                            page_size=self.cfg.page_size, chunk_size=self.cfg.chunk_size)
         flags = 0
         for room in rooms:
             loc = localize(self, room, _reference(self.cfg))

@@ -125,7 +125,7 @@ class EngineSimulation:
     def _serve(self, i: int, rid: str, ids: list[int], events: list[TokenEvent]) -> Served:
         """Submits one request and waits for its end (the system's own way)."""
         seq = Sequence(rid, ids, SamplingParams(max_tokens=self.w.max_tokens, temperature=0.0,
-                                                seed=i), sink=events.append)
+                                                seed=i, logprobs=0), sink=events.append)
         self.sim.point(f"client{i} submits")
         self.engine.submit(seq)
         limit = self.w.request_timeout_s
@@ -141,9 +141,11 @@ class EngineSimulation:
         served = self._serve(i, f"s{i}-t{turn}-{kind}", ids, [])
         rec = self._record(i, turn, kind, messages, tools, served)
         if not (served.killed or served.error):
-            ref = self.oracle.expected(ids, self.w.max_tokens)
+            ref = self.oracle.scored(ids, self.w.max_tokens)
             rec.verdict = judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected,
-                                rec.token_ids, ref, finish_reason=rec.finish_reason)
+                                rec.token_ids, list(ref.tokens), finish_reason=rec.finish_reason,
+                                logprobs=rec.logprobs, ref_logprobs=list(ref.logprobs),
+                                tolerance=self.oracle.drift_tolerance)
             self.stopped |= self.stop_at_flag and rec.verdict.flagged
         self.records.append((len(self.records), rec))
         return rec
@@ -164,4 +166,6 @@ class EngineSimulation:
                   else "abort" if seq.finish_reason is FinishReason.ABORT else "stop")
         return RequestRecord(**base, status=200, finish_reason=finish,
                              content=parsed.content or "", tool_calls=calls,
-                             token_ids=list(seq.output), dsml_leaked=parsed.leaked)
+                             token_ids=list(seq.output), dsml_leaked=parsed.leaked,
+                             logprobs=[None if math.isnan(lp.logprob) else lp.logprob
+                                       for lp in seq.logprobs])
