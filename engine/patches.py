@@ -104,6 +104,23 @@ for _p in (
           "freeing its pages or aux slot.",
           "resource leak on a timeout path -> pages and aux slots drain away, the queue wedges",
           "a transfer timeout that leaks the room"),
+    Patch("router_room_counter_race",
+          "Router: bootstrap rooms come from a counter that is read, then written back one "
+          "higher after an await (the assignment is logged in between), so two requests whose "
+          "handlers interleave there get the same room; prefill and decode each see two "
+          "requests naming it.",
+          "non-atomic read-modify-write across an await (control-plane id allocation) -> two "
+          "concurrent requests share a bootstrap room: one is refused or times out, the other "
+          "may decode from its neighbour's KV",
+          "a PD router's bootstrap-room / transfer-id allocation colliding under concurrency"),
+    Patch("token_handoff_after_finish",
+          "Engine loop: in the step after a running request finishes, the sampled tokens of the "
+          "two rows that follow its old place in the batch are accepted by each other's "
+          "requests (the row-to-request mapping still counts the finished row).",
+          "batch bookkeeping off by one after a request leaves the batch -> neighbouring "
+          "requests swap one token each, with every KV buffer right for what they hold",
+          "output tokens appended to the wrong request after the running batch was filtered "
+          "(stale row indices when a finished request is removed mid-batch)"),
     Patch("hicache_v_after_counter",
           "HiCache layer-wise load-back advances a layer's done counter after copying K but "
           "before copying V: a forward woken by the counter reads that layer's V from the "

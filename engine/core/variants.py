@@ -4,6 +4,8 @@ non-overlap schedule); each mixin reproduces one zoo entry or modifier of ``engi
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.variants import variant
 
 
@@ -19,6 +21,11 @@ class CoreHooks:
     def previous_tokens(self, prev: list[int], first: int, start: int, chunk: int) -> None:
         """Adjusts ``prev`` (each token's predecessor) for a chunk starting at token ``start``
         whose first entry is ``prev[first]``; correct: nothing to adjust."""
+
+    def route_tokens(self, sampled: tuple) -> tuple:
+        """The (request, token) pairs a step's sampled rows are accepted as (``SampledToken``s,
+        in batch order); correct: each row's token goes to the request it was sampled for."""
+        return sampled
 
 
 @variant("overlap_schedule")
@@ -51,3 +58,22 @@ class ChunkPrevTokenDropped(CoreHooks):
     def previous_tokens(self, prev: list[int], first: int, start: int, chunk: int) -> None:
         if start > 0 and start % chunk == 0:
             prev[first] = 0  # the chunk's first token loses its previous token
+
+
+@variant("token_handoff_after_finish")
+class TokenHandoffAfterFinish(CoreHooks):
+    _last: tuple[str, ...] = ()  # the previous step's rows, by request id
+
+    def route_tokens(self, sampled: tuple) -> tuple:
+        rows, last = list(sampled), self._last
+        self._last = tuple(s.seq.rid for s in rows)
+        now = set(self._last)
+        gone = [i for i, rid in enumerate(last) if rid not in now]
+        if not gone or not rows:
+            return sampled
+        k = gone[0]  # the first row that left: the two rows now at its place trade tokens
+        if k + 1 < len(rows) and rows[k].seq.rid in last and rows[k + 1].seq.rid in last:
+            a, b = rows[k], rows[k + 1]
+            rows[k] = dataclasses.replace(a, token=b.token, logprob=b.logprob)
+            rows[k + 1] = dataclasses.replace(b, token=a.token, logprob=a.logprob)
+        return tuple(rows)

@@ -22,6 +22,11 @@ class EngineViews:
         if self.captures.enabled and seq.pages:
             self.captures.put(seq.rid, snapshot_buffers(self, seq))
 
+    def name_room(self, room: int, rid: str) -> None:
+        """Records that request ``rid`` named bootstrap ``room`` (any thread; a dump of the room
+        reports every request that named it)."""
+        self.room_rids[room] = (*(self.room_rids.get(room) or ()), rid)
+
     def dump(self, rid: str) -> dict | None:
         seq = self.scheduler.find(rid)
         return snapshot_buffers(self, seq) if seq is not None else self.captures.get(rid)

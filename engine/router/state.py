@@ -78,6 +78,7 @@ class RouterConfig:
     debug_open: bool = False  # /debug/* without a token (loopback callers only)
     health_interval_s: float = 1.0  # upstream /health probes (0: never; servers stay eligible)
     secret: str | None = field(default=None, repr=False)
+    patches: frozenset[str] = frozenset()  # zoo variants of the router (``engine.patches``)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load as st_load
 
 from engine.config import EngineConfig
-from engine.core.dump import DumpKey
+from engine.core.dump import DumpKey, RequestIdentity, read_metadata
 from engine.model import Reference, load_model
 from workbench.deploy import Capability, EngineDown, PDPair, lasting, require
 
@@ -45,6 +45,7 @@ class BufferDump:
     tensors: dict[str, torch.Tensor]
     num_cached: int = 0
     output: tuple[int, ...] = ()  # tokens the request generated (a PD prefill: its first)
+    identity: RequestIdentity | None = None  # whose dump (None: a dump written without one)
 
     @property
     def num_layers(self) -> int:
@@ -56,22 +57,26 @@ class BufferDump:
         save_file({**self.tensors, "tokens": torch.tensor(self.tokens),
                    "num_cached": torch.tensor([self.num_cached]),
                    "output": torch.tensor(list(self.output), dtype=torch.int64)}, str(path),
-                  metadata={"source": self.source})
+                  metadata={"source": self.source,
+                            **(self.identity.to_metadata() if self.identity else {})})
         return Path(path)
 
 
 def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read")) -> BufferDump:
-    return dump_of(st_load(blob), source, what)
+    """A dump blob with its request identity (safetensors metadata), if it carries one."""
+    ident = RequestIdentity.from_metadata(read_metadata(blob))
+    return dump_of(st_load(blob), source, what, ident)
 
 
 def dump_of(raw: dict[str, torch.Tensor], source: str,
-            what=("kv", "index_k", "index_k_read")) -> BufferDump:
+            what=("kv", "index_k", "index_k_read"),
+            identity: RequestIdentity | None = None) -> BufferDump:
     """The ``BufferDump`` of an engine's dump tensors (``Engine.dump``, or a parsed blob)."""
     names = {n for w in what for n in WHAT[w]}
     keep = {k: v for k, v in raw.items() if (key := DumpKey.parse(k)) and key.name in names}
     cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0
     output = tuple(raw["output"].tolist()) if "output" in raw else ()
-    return BufferDump(source, raw["tokens"].tolist(), keep, cached, output)
+    return BufferDump(source, raw["tokens"].tolist(), keep, cached, output, identity)
 
 
 def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> BufferDump:
