@@ -31,7 +31,7 @@ import torch
 from engine.kernels import get_kernels
 
 DUMP_META = ("tokens", "pages", "num_cached", "output", "prompt")
-IDENTITY_KEYS = ("rid", "prompt_hash", "room_rids")  # safetensors metadata keys of a dump
+IDENTITY_KEYS = ("rid", "prompt_hash", "room_requests")  # safetensors metadata keys of a dump
 K, V = TypeVar("K"), TypeVar("V")
 _KEY = re.compile(r"layer(\d+)\.(\w+)")
 
@@ -62,31 +62,31 @@ def prompt_hash(ids) -> str:
 @dataclass(frozen=True)
 class RequestIdentity:
     """Which request a dump belongs to: ``rid``, ``prompt_hash`` (``prompt_hash`` of its prompt)
-    and ``room_rids``: every request that named the dump's room on that server, oldest first
-    (more than one: the room was given to two requests)."""
+    and ``room_requests``: (rid, prompt hash) of every request that named the dump's room on that
+    server, oldest first (more than one: the room was given to two requests)."""
 
     rid: str
     prompt_hash: str
-    room_rids: tuple[str, ...] = ()
+    room_requests: tuple[tuple[str, str], ...] = ()
 
     def to_metadata(self) -> dict[str, str]:
         return {"rid": self.rid, "prompt_hash": self.prompt_hash,
-                "room_rids": json.dumps(list(self.room_rids))}
+                "room_requests": json.dumps([list(r) for r in self.room_requests])}
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str] | None) -> RequestIdentity | None:
         """The identity written by ``to_metadata``; None for a dump without one."""
         if not meta or "rid" not in meta or "prompt_hash" not in meta:
             return None
-        return cls(meta["rid"], meta["prompt_hash"],
-                   tuple(json.loads(meta.get("room_rids") or "[]")))
+        named = json.loads(meta.get("room_requests") or "[]")
+        return cls(meta["rid"], meta["prompt_hash"], tuple((str(r), str(h)) for r, h in named))
 
 
 def identity_metadata(rid: str, tensors: dict[str, torch.Tensor],
-                      room_rids: tuple[str, ...] = ()) -> dict[str, str]:
+                      room_requests: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
     """The safetensors metadata of ``rid``'s dump ``tensors`` (its prompt hashed)."""
     prompt = tensors["prompt"].tolist() if "prompt" in tensors else []
-    return RequestIdentity(rid, prompt_hash(prompt), tuple(room_rids)).to_metadata()
+    return RequestIdentity(rid, prompt_hash(prompt), tuple(room_requests)).to_metadata()
 
 
 def read_metadata(blob: bytes) -> dict[str, str]:

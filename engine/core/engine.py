@@ -84,7 +84,7 @@ class Engine(EngineViews):
         self.idle_wait_s = 0.05
         self.captures = CaptureRing(cfg.debug_capture)
         self.rid_of_room: BoundedMap[int, str] = BoundedMap(max(1024, cfg.debug_capture))
-        self.room_rids: BoundedMap[int, tuple[str, ...]] = BoundedMap(max(1024, cfg.debug_capture))
+        self.room_requests: BoundedMap[int, tuple] = BoundedMap(max(1024, cfg.debug_capture))
         self.overlap = OverlapState() if self.hooks.overlap else None
 
     def _make_cache(self) -> RadixCache:

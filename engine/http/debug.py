@@ -61,7 +61,7 @@ def _dump(engine, rid: str | None, room: int | None) -> Response:
     tensors = engine.on_loop(lambda: engine.dump(rid))
     if tensors is None:
         raise HTTPException(404, f"request {rid!r} is neither live nor captured")
-    named = (engine.room_rids.get(room) or ()) if room is not None else ()
+    named = (engine.room_requests.get(room) or ()) if room is not None else ()
     meta = identity_metadata(rid, tensors, named)
     return Response(st_save(tensors, metadata=meta), media_type="application/octet-stream")
 

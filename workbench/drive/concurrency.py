@@ -25,7 +25,8 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "e2e_s": pl.Float64, "finish_reason": pl.Utf8, "dsml_leaked": pl.Boolean,
           "v_leaked": pl.Boolean, "v_dropped": pl.Boolean, "v_well_formed": pl.Boolean,
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
-          "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean}
+          "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean,
+          "prompt_hash": pl.Utf8}
 
 
 @dataclass(frozen=True)

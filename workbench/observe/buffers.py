@@ -132,24 +132,34 @@ class ReferenceBuffers:
         model = load_model(Path(cfg.model_dir) / "model.safetensors").to(cfg.device)
         self.ref = Reference(model, cfg.replace(batch_invariant=True))
         self.memo = memo
-        self._seen: OrderedDict[tuple[int, ...], dict[str, torch.Tensor]] = OrderedDict()
+        self._seen: OrderedDict[tuple[int, ...], tuple[dict[str, torch.Tensor], list[int]]] = \
+            OrderedDict()
 
     def buffers(self, tokens: list[int]) -> dict[str, torch.Tensor]:
         """Every layer's reference K, V and index-K for ``tokens`` (a pure function of them: the
         last ``memo`` answers are kept, so judging many schedules of one load recomputes none)."""
+        return self._forward(tokens)[0]
+
+    def greedy(self, tokens: list[int]) -> list[int]:
+        """The reference's greedy next token after each prefix of ``tokens`` ([T], argmax of its
+        logits; memoized with ``buffers``)."""
+        return self._forward(tokens)[1]
+
+    def _forward(self, tokens: list[int]) -> tuple[dict[str, torch.Tensor], list[int]]:
         key = tuple(tokens)
         if key in self._seen:
             self._seen.move_to_end(key)
             return self._seen[key]
         out = {}
-        for i, lb in enumerate(self.ref.forward(tokens).layers):
+        res = self.ref.forward(tokens)
+        for i, lb in enumerate(res.layers):
             out[str(DumpKey(i, "k"))], out[str(DumpKey(i, "v"))] = lb.k, lb.v
             for name in ("index_k_f32", "index_k_read_f32"):
                 out[str(DumpKey(i, name))] = lb.index_k
-        self._seen[key] = out
+        self._seen[key] = (out, res.logits.argmax(-1).tolist())
         if len(self._seen) > self.memo:
             self._seen.popitem(last=False)
-        return out
+        return self._seen[key]
 
 
 def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffers,
