@@ -30,6 +30,7 @@ from workbench.observe import Stage
 log = logging.getLogger(__name__)
 DETECT_S, LOCALIZED, POSTERIOR = 180.0, 0.90, 0.95
 P, T, D = Stage.PREFILL, Stage.TRANSFER, Stage.DECODE
+R, E = Stage.ROUTER, Stage.ENGINE_LOOP
 TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, for scoring)
     "abort_orphan_transfer_entry": frozenset({D}),
     "aux_read_before_landed": frozenset({T}),
@@ -41,7 +42,9 @@ TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, f
     "index_k_scale_not_sent": frozenset({T}),
     "late_notification_recreates_room": frozenset({D}),
     "late_write_after_abort": frozenset({T, D}),
+    "router_room_counter_race": frozenset({R}),
     "sender_stale_prefix_pages": frozenset({T}),
+    "token_handoff_after_finish": frozenset({E}),
     "transfer_timeout_leaks_room": frozenset({D}),
 }
 

@@ -34,7 +34,7 @@ from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, col
 from workbench.investigate.reproduce import Sweep, sweep
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
-from workbench.observe.attribution import attribute_tokens
+from workbench.observe.attribution import attribute_tokens, shared_rooms
 from workbench.observe.buffers import capture_name
 from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
 from workbench.observe.logs import log_evidence
@@ -57,11 +57,11 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
         kind = "index_k_read" if reads >= kv_reads else "kv_read"
         return Diagnosis(Stage.PREFILL, kind, f"{reads} index-K and {kv_reads} K/V reads of a "
                          "layer still loading back from HiCache", "race")
-    shared = [loc for loc in localizations if loc.conflict]
+    shared = [loc.conflict for loc in localizations if loc.conflict] + shared_rooms(
+        rep.requests)
     if shared:
-        return Diagnosis(Stage.ROUTER, "shared_room", f"{shared[0].conflict} ({len(shared)} "
-                         "flagged room(s) alike): the control plane gave one room to two "
-                         "requests", "identity")
+        return Diagnosis(Stage.ROUTER, "shared_room", f"{shared[0]} ({len(shared)} room(s) "
+                         "alike): the control plane gave one room to two requests", "identity")
     divs = sorted(loc.first for loc in localizations if loc.first is not None)
     if divs:
         kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer
@@ -117,7 +117,7 @@ def _flagged_rooms(rep: Reproduction, n: int) -> list[tuple[int, str | None]]:
     return rooms[:n]
 
 
-def localize_flagged(rep: Reproduction, n: int = 8) -> list[Localization]:
+def localize_flagged(rep: Reproduction, n: int = 12) -> list[Localization]:
     """Localizations of up to ``n`` flagged rooms captured on both sides (a room whose capture
     cannot be read is skipped and logged)."""
     out, refb = [], None

@@ -50,6 +50,28 @@ def room_conflict(room: int, prefill: RequestIdentity | None, decode: RequestIde
     return f"room {room} carried two requests: " + "; ".join(parts) if parts else ""
 
 
+def shared_rooms(requests) -> list[str]:
+    """The client's side of ``room_conflict``: rooms that more than one request of a load frame
+    (``LoadResult.requests``: ``room``, ``started_at``, optionally ``prompt_hash``) was given,
+    one sentence each. Rooms are 63 random bits, so a repeat is never chance."""
+    if not len(requests) or "room" not in requests.columns:
+        return []
+    out = []
+    rows = [r for r in requests.iter_rows(named=True) if r.get("room") is not None]
+    by_room: dict[int, list[dict]] = {}
+    for r in rows:
+        by_room.setdefault(r["room"], []).append(r)
+    for room, group in sorted(by_room.items(), key=lambda kv: -len(kv[1])):
+        if len(group) < 2:
+            continue
+        starts = [r["started_at"] for r in group if r.get("started_at") is not None]
+        span = f" within {max(starts) - min(starts):.2f} s" if len(starts) > 1 else ""
+        prompts = sorted({r.get("prompt_hash") or "?" for r in group})
+        out.append(f"room {room} carried two requests: {len(group)} client requests were given "
+                   f"it{span} (prompts {', '.join(prompts)})")
+    return out
+
+
 @dataclass(frozen=True, order=True)
 class OffGreedy:
     """The first generated token of ``room`` that is not the reference's greedy choice after the
@@ -91,20 +113,23 @@ class TokenAttribution:
 
 def attribute_tokens(found: Sequence[OffGreedy]) -> TokenAttribution | None:
     """Which component chose the off-greedy tokens of flagged rooms with right buffers (None:
-    there are none). A handoff: some room got the token another departing room was due."""
+    there are none). A handoff: two departing rooms each got the token the other was due (one
+    direction alone is too weak: common tokens coincide)."""
     found = sorted(found)
     if not found:
         return None
-    for a in found:
-        for b in found:
-            if a.room != b.room and a.got == b.want:
-                back = " and the other way round" if b.got == a.want else ""
-                return TokenAttribution("engine_loop", (
-                    f"tokens went to the wrong request: room {a.room} got token {a.got} at "
-                    f"step {a.step}, the token room {b.room} was due at its step {b.step}{back}; "
-                    f"both rooms' buffers equal the reference for their own tokens"))
+    swaps = [(a, b) for i, a in enumerate(found) for b in found[i + 1:]
+             if a.room != b.room and a.got == b.want and b.got == a.want]
+    if swaps:
+        a, b = swaps[0]
+        return TokenAttribution("engine_loop", (
+            f"tokens went to the wrong request: room {a.room} got token {a.got} at step "
+            f"{a.step}, the token room {b.room} was due at its step {b.step}, and room {b.room} "
+            f"got the {b.got} room {a.room} was due ({len(swaps)} such pair(s) in "
+            f"{len(found)} rooms); every buffer of both equals the reference for their own "
+            "tokens"))
     a = found[0]
     return TokenAttribution("sampling", (
         f"{a.describe()}; every buffer equals the reference, so the logits were right and the "
-        f"chosen token is not their argmax ({len(found)} room(s) alike, none holding another's "
-        "token)"))
+        f"chosen token is not their argmax ({len(found)} room(s) alike, no two holding each "
+        "other's token)"))

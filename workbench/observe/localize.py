@@ -170,13 +170,13 @@ def localize(source, room: int, reference: ReferenceBuffers | None = None,
     (``attribution.room_conflict``; ``sent``: the prompt hash the client sent) are not compared:
     the localization holds the conflict. With no divergence, the decode's generated tokens are
     checked against the reference's greedy choices (``attribution.off_greedy``)."""
-    cfg = _config(source)
-    refb = reference or ReferenceBuffers(cfg)
     pre, dec = _dumps(source, room)
     prompt_len = len(pre.tokens)
     conflict = room_conflict(room, pre.identity, dec.identity, sent)
     if conflict:
         return Localization(room, prompt_len, pre.num_cached, (), 0, conflict)
+    cfg = _config(source)
+    refb = reference or ReferenceBuffers(cfg)
     ctx = (pre.num_cached, cfg.chunk_size)
     divs = _divergences(Stage.PREFILL, pre.tensors, refb.buffers(pre.tokens), 0, prompt_len,
                         ctx, rtol)

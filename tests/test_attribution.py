@@ -1,0 +1,154 @@
+"""Attribution to every component (issue 25): request identity in dumps, rooms that carried two
+requests (router), tokens handed to the wrong request (engine loop) or off the greedy choice
+(sampling), and log lines as evidence. Pure tests, plus one real pair with the engine-loop bug."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+import polars as pl
+import pytest
+import torch
+from safetensors.torch import save as st_save
+
+from engine.core.dump import RequestIdentity, identity_metadata, prompt_hash, read_metadata
+from workbench.investigate import diagnose
+from workbench.investigate.bursts import BURST_COLUMNS, Burst, Reproduction
+from workbench.observe import Stage
+from workbench.observe.attribution import (
+    OffGreedy,
+    attribute_tokens,
+    off_greedy,
+    room_conflict,
+    shared_rooms,
+)
+from workbench.observe.buffers import BufferDump, parse_dump
+from workbench.observe.localize import Localization, localize
+from workbench.observe.logs import log_evidence
+
+
+def test_identity_round_trips_through_a_dump_blob():
+    tensors = {"tokens": torch.tensor([1, 2, 3]), "prompt": torch.tensor([1, 2, 3]),
+               "num_cached": torch.tensor([0]), "output": torch.tensor([9]),
+               "layer0.k": torch.zeros(3, 2, 4)}
+    named = (("room-7", prompt_hash([1, 2, 3])), ("room-7", prompt_hash([4, 5])))
+    blob = st_save(tensors, metadata=identity_metadata("room-7", tensors, named))
+    ident = RequestIdentity.from_metadata(read_metadata(blob))
+    assert ident == RequestIdentity("room-7", prompt_hash([1, 2, 3]), named)
+    assert RequestIdentity.from_metadata(ident.to_metadata()) == ident
+    assert parse_dump(blob, "decode:7").identity == ident
+    assert prompt_hash([1, 2, 3]) != prompt_hash([1, 2, 4]) and len(prompt_hash([])) == 16
+    assert RequestIdentity.from_metadata({"rid": "x"}) is None  # an old dump: no identity
+    assert parse_dump(st_save(tensors), "old").identity is None
+
+
+def test_a_room_that_carried_two_requests_is_not_compared_as_one():
+    a, b = prompt_hash([1, 2]), prompt_hash([3, 4])
+    one = RequestIdentity("room-5", a, (("room-5", a),))
+    assert room_conflict(5, one, one) == "" and room_conflict(5, one, one, sent=a) == ""
+    assert room_conflict(5, None, None) == ""  # dumps without identity: nothing to say
+    two = room_conflict(5, one, RequestIdentity("room-5", b, (("room-5", b),)))
+    assert two.startswith("room 5 carried two requests") and a in two and b in two
+    seen = room_conflict(5, RequestIdentity("room-5", a, (("room-5", a), ("room-5", b))), one)
+    assert "the prefill saw 2 requests name it" in seen
+    assert "the client sent prompt" in room_conflict(5, one, one, sent=b)
+
+    class Source:  # a DumpSource whose room holds two requests' dumps
+        def engine_config(self):
+            raise AssertionError("a conflicting room needs no reference")
+
+        def room_dumps(self, room):
+            pre = BufferDump("p", [1, 2], {}, identity=one)
+            return pre, BufferDump("d", [3, 4], {}, identity=RequestIdentity("room-5", b))
+
+    loc = localize(Source(), 5, reference=object())
+    assert loc.conflict.startswith("room 5 carried two requests") and loc.first is None
+    diag = diagnose(_rep(), [loc])
+    assert (diag.stage, diag.kind, diag.basis) == (Stage.ROUTER, "shared_room", "identity")
+    assert diag.describe().startswith("router (shared_room): room 5 carried two requests")
+
+
+def test_the_client_sees_two_requests_given_one_room():
+    frame = pl.DataFrame([{"room": 8, "started_at": 1.0, "prompt_hash": "a"},
+                          {"room": 8, "started_at": 1.25, "prompt_hash": "b"},
+                          {"room": 3, "started_at": 1.0, "prompt_hash": "c"},
+                          {"room": None, "started_at": 2.0, "prompt_hash": "d"}])
+    [one] = shared_rooms(frame)
+    assert one == ("room 8 carried two requests: 2 client requests were given it within "
+                   "0.25 s (prompts a, b)")
+    assert shared_rooms(frame.filter(pl.col("room") != 8)) == [] == shared_rooms(pl.DataFrame())
+    rep = dataclasses.replace(_rep(), requests=frame.with_columns(
+        pl.lit(False).alias("flagged"), pl.lit("").alias("error"), pl.lit(False).alias("killed"),
+        pl.col("started_at").alias("ended_at")))
+    assert diagnose(rep, []).stage is Stage.ROUTER
+
+
+def test_stages_are_ordered_along_the_request_path():
+    assert list(Stage) == [Stage.ROUTER, Stage.PREFILL, Stage.TRANSFER, Stage.DECODE,
+                           Stage.SAMPLING, Stage.ENGINE_LOOP]
+
+
+def test_off_greedy_tokens_name_the_engine_loop_or_the_sampler():
+    greedy = lambda toks: [(t + 1) % 50 for t in toks]  # noqa: E731 - the reference's argmax
+    assert off_greedy(1, [10, 11], [12, 13, 14], greedy) is None
+    off = off_greedy(1, [10, 11], [12, 40, 41], greedy)
+    assert off == OffGreedy(1, 1, 2, 40, 13)
+    swap = [OffGreedy(1, 3, 40, 7, 8), OffGreedy(2, 5, 50, 8, 7), OffGreedy(3, 1, 9, 4, 7)]
+    loop = attribute_tokens(swap)
+    assert loop.component == "engine_loop" and "room 1 got token 7" in loop.detail
+    one_way = [OffGreedy(1, 3, 40, 7, 8), OffGreedy(2, 5, 50, 9, 7)]  # coincidence, not a swap
+    assert attribute_tokens(one_way).component == "sampling"
+    assert attribute_tokens([]) is None
+    locs = [Localization(o.room, 10, 0, (), 4, off_greedy=o) for o in swap]
+    diag = diagnose(_rep(), locs)
+    assert (diag.stage, diag.kind, diag.basis) == (Stage.ENGINE_LOOP, "token_handoff", "tokens")
+    alone = diagnose(_rep(), locs[2:])
+    assert (alone.stage, alone.basis) == (Stage.SAMPLING, "tokens")
+    buffers = diagnose(_rep(), [Localization(9, 10, 0, (), 4)])
+    assert buffers.stage is None  # equal buffers and greedy tokens: still not localized
+
+
+def test_log_lines_near_the_flagged_request_are_quoted_with_their_file(tmp_path):
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now))
+    old = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now - 3600))
+    (tmp_path / "router.log").write_text(
+        f"{stamp},120 engine.router prefill http://x answered 400 for room 42: already used\n"
+        f"{stamp},130 engine.router router on 127.0.0.1\n"
+        f"{old},000 engine.router prefill http://x answered 502 for room 9: gone\n")
+    (tmp_path / "decode0.log").write_text(f"{stamp},500 engine.disagg WARNING slot 3 failed\n"
+                                          "Traceback (most recent call last):\n")
+    lines = log_evidence(tmp_path, rooms=[42], window=(now - 5, now + 5))
+    assert [ln.describe().split(" ", 1)[0] for ln in lines] == ["router.log:", "decode0.log:"]
+    assert lines[0].named and "room 42" in lines[0].line and not lines[1].named
+    assert log_evidence(tmp_path / "missing", rooms=[42]) == ()
+    frame = pl.DataFrame([{"room": 42, "flagged": True, "error": "", "killed": False,
+                           "started_at": now - 1, "ended_at": now}])
+    rep = Reproduction("v", (), (0,), _rep().bursts, frame, (), 0.0, 1.0, {}, {},
+                       log_dir=str(tmp_path))
+    logs = diagnose(rep, []).logs
+    assert logs[0].startswith("router.log: ") and "room 42" in logs[0]
+
+
+def _rep() -> Reproduction:
+    row = Burst(seed=0, requests=10, flagged=1, leaked=0, mismatched=1, dropped=0)
+    frame = pl.DataFrame([row.__dict__], schema=BURST_COLUMNS)
+    return Reproduction("v", (), (0,), frame, pl.DataFrame(), (), 0.0, 1.0, {}, {},
+                        reasons=Counter())
+
+
+@pytest.mark.slow
+@pytest.mark.zoo
+@pytest.mark.servers
+@pytest.mark.nixl
+def test_engine_loop_token_handoff_is_found_and_attributed(tmp_path):
+    from bench.zoo import TRUTH
+    from workbench.investigate import investigate
+
+    inv = investigate(patches=["token_handoff_after_finish"], out_dir=tmp_path,
+                      shapes=["baseline"])
+    assert inv.found and inv.diagnosis.stage in TRUTH["token_handoff_after_finish"], \
+        inv.report()
+    assert inv.diagnosis.basis == "tokens" and "wrong request" in inv.diagnosis.detail
