@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from engine.config import EngineConfig
 from engine.registry import Registry
 
 
@@ -86,6 +87,8 @@ class RouterConfig:
         object.__setattr__(self, "prefill", tuple(check_url(u) for u in self.prefill))
         object.__setattr__(self, "decode", tuple(check_url(u) for u in self.decode))
         POLICIES.get(self.policy)
+        # parsed as the engines parse theirs, so a variant planted there reaches the router too
+        object.__setattr__(self, "patches", EngineConfig(patches=self.patches).patches)
         if self.timeout_s <= 0 or self.history < 1 or self.health_interval_s < 0:
             raise ValueError("timeout_s must be > 0, history >= 1, health_interval_s >= 0")
 
