@@ -144,11 +144,15 @@ def _rep() -> Reproduction:
 @pytest.mark.servers
 @pytest.mark.nixl
 def test_engine_loop_token_handoff_is_found_and_attributed(tmp_path):
+    """One turn of the baseline shape (the handoff needs requests finishing while others run,
+    not a second turn); the router bug's real run is in docs/zoo.md."""
     from bench.zoo import TRUTH
-    from workbench.investigate import investigate
+    from workbench.investigate import reproduce
+    from workbench.investigate.investigation import localize_flagged
 
-    inv = investigate(patches=["token_handoff_after_finish"], out_dir=tmp_path,
-                      shapes=["baseline"])
-    assert inv.found and inv.diagnosis.stage in TRUTH["token_handoff_after_finish"], \
-        inv.report()
-    assert inv.diagnosis.basis == "tokens" and "wrong request" in inv.diagnosis.detail
+    rep = reproduce(["token_handoff_after_finish"], shape="baseline", turns=1, max_bursts=2,
+                    judge=0, capture_dir=tmp_path / "captures", log_dir=tmp_path / "logs")
+    assert rep.flagged, rep.bursts
+    diag = diagnose(rep, localize_flagged(rep))
+    assert diag.stage in TRUTH["token_handoff_after_finish"], diag
+    assert diag.basis == "tokens" and "wrong request" in diag.detail
