@@ -136,11 +136,11 @@ def measure(bugs: tuple[str, ...] = ZOO, seed: int = 0, bisect: bool = True,
 
 
 def report(res: ZooResult) -> None:
-    print(f"{'bug':34} {'found':5} {'shape':13} {'flag s':>6} {'stage':8} {'basis':10} "
+    print(f"{'bug':34} {'found':5} {'shape':13} {'flag s':>6} {'stage':11} {'basis':10} "
           f"{'loc ok':6} {'trials':>6} {'right':5} {'post':>5}")
     for r in res.rows:
         print(f"{r.bug:34} {r.detected!s:5} {r.shape or '-':13} "
-              f"{r.first_flag_s if r.first_flag_s is not None else '-':>6} {r.stage:8} "
+              f"{r.first_flag_s if r.first_flag_s is not None else '-':>6} {r.stage:11} "
               f"{r.basis:10} {r.localized!s:6} {r.bisect_trials if r.bisect_trials else '-':>6} "
               f"{r.bisect_right if r.bisect_right is not None else '-'!s:5} "
               f"{r.posterior if r.posterior is not None else '-':>5}")

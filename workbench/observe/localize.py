@@ -91,7 +91,7 @@ class Localization:
             return self.conflict
         if self.first is None and self.off_greedy is not None:
             return (f"room {self.room}: every compared buffer ({self.compared}) equals the "
-                    f"reference; {self.off_greedy.describe()}")
+                    f"reference; {self.off_greedy.describe().split(': ', 1)[1]}")
         if self.first is None:
             return (f"room {self.room}: every compared buffer ({self.compared}) equals the "
                     "reference on both sides and the transfer")
