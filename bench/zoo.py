@@ -42,7 +42,7 @@ TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, f
     "index_k_scale_not_sent": frozenset({T}),
     "late_notification_recreates_room": frozenset({D}),
     "late_write_after_abort": frozenset({T, D}),
-    "router_room_counter_race": frozenset({R}),
+    "router_room_block_refill_race": frozenset({R}),
     "sender_stale_prefix_pages": frozenset({T}),
     "token_handoff_after_finish": frozenset({E}),
     "transfer_timeout_leaks_room": frozenset({D}),

@@ -104,14 +104,14 @@ for _p in (
           "freeing its pages or aux slot.",
           "resource leak on a timeout path -> pages and aux slots drain away, the queue wedges",
           "a transfer timeout that leaks the room"),
-    Patch("router_room_counter_race",
-          "Router: bootstrap rooms come from a counter that is read, then written back one "
-          "higher after an await (the assignment is logged in between), so two requests whose "
-          "handlers interleave there get the same room; prefill and decode each see two "
-          "requests naming it.",
-          "non-atomic read-modify-write across an await (control-plane id allocation) -> two "
-          "concurrent requests share a bootstrap room: one is refused or times out, the other "
-          "may decode from its neighbour's KV",
+    Patch("router_room_block_refill_race",
+          "Router: bootstrap rooms are handed out from blocks of 4 drawn at once; a request "
+          "that finds its block spent waits for the refill (a 100 ms reservation), and every "
+          "request that waited on one refill takes the new block's first room (its index was "
+          "read before the await and not read again), so two concurrent requests share a room.",
+          "stale local across an await in control-plane id allocation -> two concurrent "
+          "requests share a bootstrap room: the prefill refuses one, the decode runs both, one "
+          "decodes from its neighbour's KV and the other fails",
           "a PD router's bootstrap-room / transfer-id allocation colliding under concurrency"),
     Patch("token_handoff_after_finish",
           "Engine loop: in the step after a running request finishes, the sampled tokens of the "

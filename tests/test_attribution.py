@@ -23,6 +23,7 @@ from workbench.observe.attribution import (
     off_greedy,
     room_conflict,
     shared_rooms,
+    stream_departure,
 )
 from workbench.observe.buffers import BufferDump, parse_dump
 from workbench.observe.localize import Localization, localize
@@ -85,6 +86,28 @@ def test_the_client_sees_two_requests_given_one_room():
     assert diagnose(rep, []).stage is Stage.ROUTER
 
 
+def test_the_room_refill_race_gives_two_waiting_requests_one_room():
+    import asyncio
+    import random
+
+    from engine.router.variants import RouterHooks
+    from engine.variants import hooks_for
+
+    class Router:
+        room_rng = random.SystemRandom()
+
+    async def draws(hooks) -> list[int]:
+        first = [await hooks.draw_room(Router) for _ in range(4)]  # the first block, in order
+        return first + list(await asyncio.gather(*(hooks.draw_room(Router) for _ in range(3))))
+
+    buggy = hooks_for(RouterHooks, ["router_room_block_refill_race"])
+    buggy.REFILL_S = 0.0
+    rooms = asyncio.run(draws(buggy))
+    assert len(set(rooms[:4])) == 4 and rooms[4] == rooms[5] == rooms[6]
+    fixed = asyncio.run(draws(hooks_for(RouterHooks, [])))
+    assert len(set(fixed)) == 7
+
+
 def test_stages_are_ordered_along_the_request_path():
     assert list(Stage) == [Stage.ROUTER, Stage.PREFILL, Stage.TRANSFER, Stage.DECODE,
                            Stage.SAMPLING, Stage.ENGINE_LOOP]
@@ -106,6 +129,12 @@ def test_off_greedy_tokens_name_the_engine_loop_or_the_sampler():
     assert (diag.stage, diag.kind, diag.basis) == (Stage.ENGINE_LOOP, "token_handoff", "tokens")
     alone = diagnose(_rep(), locs[2:])
     assert (alone.stage, alone.basis) == (Stage.SAMPLING, "tokens")
+    assert stream_departure(4, [1, 2], [1, 2, 3]) == ""  # a stream cut short
+    assert stream_departure(4, None, [1]) == "" == stream_departure(4, [1, 2, 3], [1, 2])
+    carried = stream_departure(4, [1, 9, 3], [1, 2, 3])
+    assert carried.startswith("room 4: the client received token 9 at step 1")
+    fed = diagnose(_rep(), [Localization(4, 10, 0, (), 4, stream=carried)])
+    assert (fed.stage, fed.kind, fed.basis) == (Stage.ENGINE_LOOP, "stream_handoff", "tokens")
     buffers = diagnose(_rep(), [Localization(9, 10, 0, (), 4)])
     assert buffers.stage is None  # equal buffers and greedy tokens: still not localized
 

@@ -7,7 +7,8 @@ bisect commits, and say where it arises. It is never told which bug it is lookin
 prefill, transfer, decode, sampling, engine loop) from the evidence, most direct first: HiCache
 reads that raced their load, then rooms whose dumps carry two requests (router), then buffer
 divergences, then generated tokens that depart from the reference's greedy choice over right
-buffers (a token another flagged room was due: engine loop; else sampling;
+buffers or a stream that carried tokens its request did not produce (two rooms that got each
+other's due token, or such a stream: engine loop; else sampling;
 ``workbench.observe.attribution``), then room failure reasons, then what stayed after draining,
 then late writes. The diagnosis quotes the warning and error lines of the pair's logs around the
 flagged requests (``workbench.observe.logs``). With ``commits=(good,
@@ -20,6 +21,7 @@ outcomes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -66,6 +68,10 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
     if divs:
         kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer
         return Diagnosis(divs[0].stage, kind, divs[0].describe(), "buffers")
+    streams = [loc.stream for loc in localizations if loc.stream]
+    if streams:
+        return Diagnosis(Stage.ENGINE_LOOP, "stream_handoff", f"{streams[0]} ({len(streams)} "
+                         "room(s) alike)", "tokens")
     tokens = attribute_tokens([loc.off_greedy for loc in localizations if loc.off_greedy])
     if tokens is not None:
         stage = Stage.ENGINE_LOOP if tokens.component == "engine_loop" else Stage.SAMPLING
@@ -103,28 +109,30 @@ def _log_lines(rep: Reproduction) -> tuple[str, ...]:
     return tuple(ln.describe() for ln in log_evidence(rep.log_dir, rooms, window=window))
 
 
-def _flagged_rooms(rep: Reproduction, n: int) -> list[tuple[int, str | None]]:
-    """(room, the prompt hash the client sent or None) of up to ``n`` flagged rooms captured on
-    both sides."""
+def _flagged_rooms(rep: Reproduction, n: int) -> list[tuple[int, str | None, list | None]]:
+    """(room, the prompt hash the client sent, the tokens it received; None: unknown) of up to
+    ``n`` flagged rooms captured on both sides."""
     if not len(rep.requests):
         return []
     bad = rep.requests.filter(pl.col("flagged") & pl.col("room").is_not_null())
-    sent = (bad["prompt_hash"].to_list() if "prompt_hash" in bad.columns
-            else [None] * len(bad))
     captured = {p.name for p in rep.captures}
-    rooms = [(r, h) for r, h in zip(bad["room"].to_list(), sent, strict=True)
-             if capture_name(r, "prefill") in captured and capture_name(r, "decode") in captured]
-    return rooms[:n]
+    out = []
+    for row in bad.iter_rows(named=True):
+        r = row["room"]
+        if capture_name(r, "prefill") in captured and capture_name(r, "decode") in captured:
+            ids = json.loads(row["token_ids"]) if row.get("token_ids") else None
+            out.append((r, row.get("prompt_hash"), ids))
+    return out[:n]
 
 
 def localize_flagged(rep: Reproduction, n: int = 12) -> list[Localization]:
     """Localizations of up to ``n`` flagged rooms captured on both sides (a room whose capture
     cannot be read is skipped and logged)."""
     out, refb = [], None
-    for room, sent in _flagged_rooms(rep, n):
+    for room, sent, received in _flagged_rooms(rep, n):
         refb = refb or ReferenceBuffers(rep.engine_config())
         try:
-            out.append(localize(rep, room, refb, sent=sent))
+            out.append(localize(rep, room, refb, sent=sent, received=received))
         except (KeyError, OSError, ValueError) as exc:
             log.warning("room %d not localized: %s", room, exc)
     return out

@@ -9,6 +9,9 @@ Two rules, both pure functions of what the dumps hold:
   other than the one the client sent), the room carried two requests: comparing the dumps as one
   request would localize the difference of two prompts, so the room is attributed to the router
   / control plane (room assignment) instead.
+- ``stream_departure``: the tokens a client received must be the ones its request's dump holds
+  (the decode's output); a stream that carried other tokens was fed another request's (the engine
+  loop's token bookkeeping, which hands each token to its request's stream).
 - ``off_greedy``: with every buffer equal to the reference (the KV is right), each generated
   token must be the reference's greedy token after the request's own tokens so far (the load is
   greedy). The first one that is not is an ``OffGreedy``. ``attribute_tokens`` then tells the two
@@ -70,6 +73,20 @@ def shared_rooms(requests) -> list[str]:
         out.append(f"room {room} carried two requests: {len(group)} client requests were given "
                    f"it{span} (prompts {', '.join(prompts)})")
     return out
+
+
+def stream_departure(room: int, received: Sequence[int] | None, output: Sequence[int]) -> str:
+    """'' when the tokens the client received agree with the decode's request's output over
+    their common length (a stream cut short, or a stop token not streamed, is no departure);
+    else the evidence: the stream carried tokens the request did not produce."""
+    if received is None or not output:
+        return ""
+    for i, (got, held) in enumerate(zip(received, output, strict=False)):
+        if got != held:
+            return (f"room {room}: the client received token {got} at step {i}, the decode's "
+                    f"request holds {held} there: the stream carried a token its request did "
+                    "not produce")
+    return ""
 
 
 @dataclass(frozen=True, order=True)

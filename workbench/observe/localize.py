@@ -11,6 +11,7 @@ in the prefix reused from the cache or at a chunk boundary).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -20,7 +21,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core.dump import DumpKey
 from workbench.deploy import PDPair
-from workbench.observe.attribution import OffGreedy, off_greedy, room_conflict
+from workbench.observe.attribution import OffGreedy, off_greedy, room_conflict, stream_departure
 from workbench.observe.buffers import (
     BufferDump,
     ReferenceBuffers,
@@ -77,6 +78,7 @@ class Localization:
     compared: int  # (side, layer, buffer) tensors compared
     conflict: str = ""  # "room R carried two requests: ..." (then nothing was compared)
     off_greedy: OffGreedy | None = None  # buffers right, a generated token not the greedy one
+    stream: str = ""  # the client received tokens the decode's request did not produce
 
     @property
     def first(self) -> Divergence | None:
@@ -163,13 +165,15 @@ def _first_token(pre: BufferDump, dec: BufferDump, prompt_len: int) -> list[Dive
 
 
 def localize(source, room: int, reference: ReferenceBuffers | None = None,
-             rtol: float = 1e-5, sent: str | None = None) -> Localization:
+             rtol: float = 1e-5, sent: str | None = None,
+             received: Sequence[int] | None = None) -> Localization:
     """Dumps ``room`` on both sides of a live ``PDPair`` (or loads a ``Reproduction``'s captures
     of it, or takes a ``DumpSource``'s) and orders every divergence causally; ``reference``
     reuses a loaded reference model across calls. Dumps that carry two requests
     (``attribution.room_conflict``; ``sent``: the prompt hash the client sent) are not compared:
     the localization holds the conflict. With no divergence, the decode's generated tokens are
-    checked against the reference's greedy choices (``attribution.off_greedy``)."""
+    checked against the reference's greedy choices (``attribution.off_greedy``); ``received``
+    (the tokens the client got) against the decode's output (``attribution.stream_departure``)."""
     pre, dec = _dumps(source, room)
     prompt_len = len(pre.tokens)
     conflict = room_conflict(room, pre.identity, dec.identity, sent)
@@ -188,4 +192,4 @@ def localize(source, room: int, reference: ReferenceBuffers | None = None,
                    for d in (pre, dec) for k in d.tensors)
     off = None if divs else off_greedy(room, dec.tokens[:prompt_len], dec.output, refb.greedy)
     return Localization(room, prompt_len, pre.num_cached, tuple(sorted(divs)), compared,
-                        off_greedy=off)
+                        off_greedy=off, stream=stream_departure(room, received, dec.output))
