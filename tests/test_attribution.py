@@ -86,6 +86,24 @@ def test_the_client_sees_two_requests_given_one_room():
     assert diagnose(rep, []).stage is Stage.ROUTER
 
 
+def test_a_failed_room_testifies_with_its_captures_identities(tmp_path):
+    from workbench.observe.buffers import capture_name, load_identity
+
+    t = {"tokens": torch.tensor([1, 2]), "prompt": torch.tensor([1, 2])}
+    mine, theirs = prompt_hash([1, 2]), prompt_hash([3])
+    both = (("room-6", theirs), ("room-6", mine))
+    paths = []
+    for role in ("prefill", "decode"):
+        paths.append(tmp_path / capture_name(6, role))
+        paths[-1].write_bytes(st_save(t, metadata=identity_metadata("room-6", t, both)))
+    assert load_identity(paths[0]).room_requests == both
+    frame = pl.DataFrame([{"room": 6, "flagged": False, "error": "502", "killed": False,
+                           "prompt_hash": mine, "started_at": 1.0, "ended_at": 2.0}])
+    rep = dataclasses.replace(_rep(), requests=frame, captures=tuple(paths))
+    diag = diagnose(rep, [])
+    assert diag.stage is Stage.ROUTER and "the prefill saw 2 requests name it" in diag.detail
+
+
 def test_the_room_refill_race_gives_two_waiting_requests_one_room():
     import asyncio
     import random

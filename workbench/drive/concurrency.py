@@ -50,7 +50,8 @@ class LoadSummary:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """Per-request DataFrame plus summary; ``captures`` lists dump files of flagged rooms."""
+    """Per-request DataFrame plus summary; ``captures`` lists dump files of flagged rooms and of
+    rooms whose request failed without being killed (for their identities)."""
 
     requests: pl.DataFrame
     summary: LoadSummary
@@ -120,8 +121,8 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
 
     def sink(rec: RequestRecord) -> None:
         records.append(rec)
-        if rec.verdict and rec.verdict.flagged and capture_dir and isinstance(target, PDPair) \
-                and rec.room is not None:
+        odd = (rec.verdict and rec.verdict.flagged) or (rec.error and not rec.killed)
+        if odd and capture_dir and isinstance(target, PDPair) and rec.room is not None:
             captures.append(asyncio.ensure_future(_capture(target, rec, capture_dir)))
         progress.update(len(records), sum(bool(r.verdict and r.verdict.flagged) for r in records))
 

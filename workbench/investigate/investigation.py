@@ -36,8 +36,8 @@ from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, col
 from workbench.investigate.reproduce import Sweep, sweep
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
-from workbench.observe.attribution import attribute_tokens, shared_rooms
-from workbench.observe.buffers import capture_name
+from workbench.observe.attribution import attribute_tokens, room_conflict, shared_rooms
+from workbench.observe.buffers import capture_name, load_identity
 from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
 from workbench.observe.logs import log_evidence
 
@@ -59,8 +59,8 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
         kind = "index_k_read" if reads >= kv_reads else "kv_read"
         return Diagnosis(Stage.PREFILL, kind, f"{reads} index-K and {kv_reads} K/V reads of a "
                          "layer still loading back from HiCache", "race")
-    shared = [loc.conflict for loc in localizations if loc.conflict] + shared_rooms(
-        rep.requests)
+    shared = ([loc.conflict for loc in localizations if loc.conflict]
+              + _failed_room_conflicts(rep) + shared_rooms(rep.requests))
     if shared:
         return Diagnosis(Stage.ROUTER, "shared_room", f"{shared[0]} ({len(shared)} room(s) "
                          "alike): the control plane gave one room to two requests", "identity")
@@ -94,6 +94,29 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
         return Diagnosis(Stage.DECODE, "late_writes", f"{late} writes landed in pages no live "
                          "room owned", "late_writes")
     return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
+
+
+def _failed_room_conflicts(rep: Reproduction, n: int = 12) -> list[str]:
+    """``room_conflict`` of rooms whose request failed unkilled, from their captures'
+    identities alone (their buffers are not compared: a failed room's are incomplete)."""
+    if not len(rep.requests) or not rep.captures:
+        return []
+    failed = rep.requests.filter((pl.col("error") != "") & ~pl.col("killed")
+                                 & pl.col("room").is_not_null())
+    files = {p.name: p for p in rep.captures}
+    out = []
+    for row in failed.head(n).iter_rows(named=True):
+        room = row["room"]
+        pre, dec = (files.get(capture_name(room, role)) for role in ("prefill", "decode"))
+        try:
+            found = room_conflict(room, load_identity(pre) if pre else None,
+                                  load_identity(dec) if dec else None, row.get("prompt_hash"))
+        except (OSError, ValueError) as exc:
+            log.warning("identity of room %d not read: %s", room, exc)
+            continue
+        if found:
+            out.append(found)
+    return out
 
 
 def _log_lines(rep: Reproduction) -> tuple[str, ...]:

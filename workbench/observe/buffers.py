@@ -79,6 +79,14 @@ def dump_of(raw: dict[str, torch.Tensor], source: str,
     return BufferDump(source, raw["tokens"].tolist(), keep, cached, output, identity)
 
 
+def load_identity(path: str | Path) -> RequestIdentity | None:
+    """The request identity a dump file carries, read from its header alone."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else 0
+        return RequestIdentity.from_metadata(read_metadata(head + f.read(n)) if n else {})
+
+
 def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> BufferDump:
     return parse_dump(Path(path).read_bytes(), str(path), what)
 
