@@ -31,7 +31,6 @@ import torch
 from engine.kernels import get_kernels
 
 DUMP_META = ("tokens", "pages", "num_cached", "output", "prompt")
-IDENTITY_KEYS = ("rid", "prompt_hash", "room_requests")  # safetensors metadata keys of a dump
 K, V = TypeVar("K"), TypeVar("V")
 _KEY = re.compile(r"layer(\d+)\.(\w+)")
 
