@@ -122,7 +122,8 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
     def sink(rec: RequestRecord) -> None:
         records.append(rec)
         odd = (rec.verdict and rec.verdict.flagged) or (rec.error and not rec.killed)
-        if odd and capture_dir and isinstance(target, PDPair) and rec.room is not None:
+        if odd and capture_dir and isinstance(target, PDPair) and rec.room is not None \
+                and Capability.BUFFER_DUMPS in target.backend.capabilities:
             captures.append(asyncio.ensure_future(_capture(target, rec, capture_dir)))
         progress.update(len(records), sum(bool(r.verdict and r.verdict.flagged) for r in records))
 
