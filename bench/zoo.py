@@ -30,6 +30,7 @@ from workbench.observe import Stage
 log = logging.getLogger(__name__)
 DETECT_S, DETECTED, LOCALIZED, POSTERIOR = 180.0, 0.95, 0.90, 0.95
 P, T, D = Stage.PREFILL, Stage.TRANSFER, Stage.DECODE
+R, E, S = Stage.ROUTER, Stage.ENGINE_LOOP, Stage.SAMPLING
 TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, for scoring)
     "abort_orphan_transfer_entry": frozenset({D}),
     "aux_read_before_landed": frozenset({T}),
@@ -41,8 +42,14 @@ TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, f
     "index_k_scale_not_sent": frozenset({T}),
     "late_notification_recreates_room": frozenset({D}),
     "late_write_after_abort": frozenset({T, D}),
+    "router_room_block_refill_race": frozenset({R}),
     "sender_stale_prefix_pages": frozenset({T}),
+    "token_handoff_after_finish": frozenset({E}),
     "transfer_timeout_leaks_room": frozenset({D}),
+    "overlap_future_token_slot_shift": frozenset({E}),
+    "chunk_end_sample_row_off_by_one": frozenset({P, S}),
+    "radix_partial_page_rounded_up": frozenset({P}),
+    "decode_kv_fp8_roundtrip": frozenset({D}),
 }
 
 

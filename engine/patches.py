@@ -134,6 +134,23 @@ for _p in (
           "model) while greedy tokens do not flip: invisible to a token-level oracle",
           "a decode-only KV store path (fused or graph-captured kernel) casting through a lower "
           "precision than the cache"),
+    Patch("router_room_block_refill_race",
+          "Router: bootstrap rooms are handed out from blocks of 4 drawn at once; a request "
+          "that finds its block spent waits for the refill (a 100 ms reservation), and every "
+          "request that waited on one refill takes the new block's first room (its index was "
+          "read before the await and not read again), so two concurrent requests share a room.",
+          "stale local across an await in control-plane id allocation -> two concurrent "
+          "requests share a bootstrap room: the prefill refuses one, the decode runs both, one "
+          "decodes from its neighbour's KV and the other fails",
+          "a PD router's bootstrap-room / transfer-id allocation colliding under concurrency"),
+    Patch("token_handoff_after_finish",
+          "Engine loop: in the step after a running request finishes, the sampled tokens of the "
+          "two rows that follow its old place in the batch are accepted by each other's "
+          "requests (the row-to-request mapping still counts the finished row).",
+          "batch bookkeeping off by one after a request leaves the batch -> neighbouring "
+          "requests swap one token each, with every KV buffer right for what they hold",
+          "output tokens appended to the wrong request after the running batch was filtered "
+          "(stale row indices when a finished request is removed mid-batch)"),
     Patch("hicache_v_after_counter",
           "HiCache layer-wise load-back advances a layer's done counter after copying K but "
           "before copying V: a forward woken by the counter reads that layer's V from the "

@@ -206,12 +206,13 @@ def test_the_workbench_is_packages_not_a_bag_of_files():
 
 
 HOT_PATH = ("engine/core/engine.py", "engine/core/model_runner.py", "engine/disagg/decode.py",
-            "engine/disagg/prefill.py")
+            "engine/disagg/prefill.py", "engine/router/app.py")
 
 
 def test_bug_variants_sit_behind_named_seams_not_on_the_hot_path():
     import engine.disagg.decode  # noqa: F401 - registers the decode, prefill and core variants
     import engine.disagg.prefill  # noqa: F401
+    import engine.router.app  # noqa: F401 - registers the router's variants
     from engine.disagg.variants import DecodeHooks
     from engine.patches import PATCHES
     from engine.variants import hooks_for, variant_names

@@ -39,6 +39,9 @@ def test_load_dump_and_diff_on_a_clean_pair(pair, tmp_path):
     for role in ("decode", "prefill"):
         dump = dump_buffers(pair, room=room, role=role)
         assert len(dump.tokens) > 100 and "layer3.index_k_f32" in dump.tensors
+        ident = dump.identity  # whose dump: the client's prompt, one request named the room
+        assert ident.prompt_hash == df["prompt_hash"][0] and ident.rid == f"room-{room}"
+        assert ident.room_requests == ((ident.rid, ident.prompt_hash),)
         diff = diff_against_reference(dump, cfg)
         assert diff.first_bad_layer is None and (diff.summary["max_abs"] == 0).all()
 

@@ -8,11 +8,19 @@ layer ``i``, tensors keyed ``DumpKey(i, name)`` (``layer{i}.{name}`` on the wire
 and, for a request whose prefix came back from HiCache, ``index_k_read_f32 [T,Di]``: index-K as its
 indexer read it (the stale content of pages read before their layer landed, else the stored
 content). Finished requests stay dumpable from a bounded capture ring (``debug_capture`` entries).
+
+Every dump also carries ``prompt [P]`` and, in its safetensors metadata, the identity of the
+request it belongs to (``RequestIdentity``: request id, a hash of the prompt token ids, and every
+request that named the same bootstrap room on that server); ``identity_metadata`` writes it and
+``RequestIdentity.from_metadata`` (or ``read_metadata`` of a blob) reads it back.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -22,7 +30,7 @@ import torch
 
 from engine.kernels import get_kernels
 
-DUMP_META = ("tokens", "pages", "num_cached", "output")
+DUMP_META = ("tokens", "pages", "num_cached", "output", "prompt")
 K, V = TypeVar("K"), TypeVar("V")
 _KEY = re.compile(r"layer(\d+)\.(\w+)")
 
@@ -44,6 +52,48 @@ class DumpKey:
         return cls(int(m.group(1)), m.group(2)) if m else None
 
 
+def prompt_hash(ids) -> str:
+    """A short stable hash of prompt token ids (the same on every side and in the client)."""
+    data = b"".join(struct.pack("<q", int(t)) for t in ids)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class RequestIdentity:
+    """Which request a dump belongs to: ``rid``, ``prompt_hash`` (``prompt_hash`` of its prompt)
+    and ``room_requests``: (rid, prompt hash) of every request that named the dump's room on that
+    server, oldest first (more than one: the room was given to two requests)."""
+
+    rid: str
+    prompt_hash: str
+    room_requests: tuple[tuple[str, str], ...] = ()
+
+    def to_metadata(self) -> dict[str, str]:
+        return {"rid": self.rid, "prompt_hash": self.prompt_hash,
+                "room_requests": json.dumps([list(r) for r in self.room_requests])}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str] | None) -> RequestIdentity | None:
+        """The identity written by ``to_metadata``; None for a dump without one."""
+        if not meta or "rid" not in meta or "prompt_hash" not in meta:
+            return None
+        named = json.loads(meta.get("room_requests") or "[]")
+        return cls(meta["rid"], meta["prompt_hash"], tuple((str(r), str(h)) for r, h in named))
+
+
+def identity_metadata(rid: str, tensors: dict[str, torch.Tensor],
+                      room_requests: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+    """The safetensors metadata of ``rid``'s dump ``tensors`` (its prompt hashed)."""
+    prompt = tensors["prompt"].tolist() if "prompt" in tensors else []
+    return RequestIdentity(rid, prompt_hash(prompt), tuple(room_requests)).to_metadata()
+
+
+def read_metadata(blob: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors blob (empty when it has none)."""
+    (n,) = struct.unpack("<Q", blob[:8])
+    return dict(json.loads(blob[8:8 + n]).get("__metadata__") or {})
+
+
 def snapshot_buffers(engine, seq) -> dict[str, torch.Tensor]:
     """Copies the computed positions of ``seq`` out of the pools (engine thread)."""
     pool, S = engine.pool, engine.pool.page_size
@@ -54,7 +104,8 @@ def snapshot_buffers(engine, seq) -> dict[str, torch.Tensor]:
     out = {"tokens": torch.tensor(seq.tokens[:T], dtype=torch.int64),
            "pages": torch.tensor(seq.pages, dtype=torch.int64),
            "num_cached": torch.tensor([seq.num_cached], dtype=torch.int64),
-           "output": torch.tensor(list(seq.output), dtype=torch.int64)}
+           "output": torch.tensor(list(seq.output), dtype=torch.int64),
+           "prompt": torch.tensor(list(seq.prompt), dtype=torch.int64)}
     for li in range(pool.k.shape[0]):
         flat = {n: t[li].reshape(-1, *t.shape[3:]) for n, t in pool.buffers().items()}
         for name, t in flat.items():

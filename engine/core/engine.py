@@ -84,6 +84,7 @@ class Engine(EngineViews):
         self.idle_wait_s = 0.05
         self.captures = CaptureRing(cfg.debug_capture)
         self.rid_of_room: BoundedMap[int, str] = BoundedMap(max(1024, cfg.debug_capture))
+        self.room_requests: BoundedMap[int, tuple] = BoundedMap(max(1024, cfg.debug_capture))
         self.overlap = OverlapState() if self.hooks.overlap else None
 
     def _make_cache(self) -> RadixCache:
@@ -185,7 +186,7 @@ class Engine(EngineViews):
         out = self.runner.run(batch)
         for it in batch.items:
             it.seq.num_computed = it.start + it.num_tokens
-        for s in out.sampled:
+        for s in self.hooks.route_tokens(out.sampled):
             self._accept(s.seq, s.token, s.logprob)
         self.stats.steps += 1
         return out
@@ -201,7 +202,7 @@ class Engine(EngineViews):
             ov.inflight = ov.worker.launch(batch, self.runner.prepare(batch, future))
             ov.stats.launched += 1
             self.stats.steps += 1
-        for s in last.sampled if last else ():
+        for s in self.hooks.route_tokens(last.sampled) if last else ():
             self._accept(s.seq, s.token, s.logprob)
         pending, ov.to_abort = ov.to_abort, []
         for seq in pending:

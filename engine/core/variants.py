@@ -4,6 +4,8 @@ non-overlap schedule); each mixin reproduces one zoo entry or modifier of ``engi
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from engine.variants import variant
@@ -37,6 +39,11 @@ class CoreHooks:
         by sequence (``live``: those of sequences still running; ``resolved``: all, in batch
         order, including the discarded ones of sequences that finished meanwhile)."""
         return {s.seq: s.token for s in live}
+
+    def route_tokens(self, sampled: tuple) -> tuple:
+        """The (request, token) pairs a step's sampled rows are accepted as (``SampledToken``s,
+        in batch order); correct: each row's token goes to the request it was sampled for."""
+        return sampled
 
 
 @variant("overlap_schedule")
@@ -81,10 +88,6 @@ class ChunkEndSampleRow(CoreHooks):
 
 @variant("overlap_future_token_slot_shift")
 class FutureTokensBySlot(CoreHooks):
-    def stored_kv(self, k, v, batch):
-        """The K/V rows the batch writes into the pool: as computed."""
-        return k, v
-
     def future_tokens(self, live: tuple, resolved: tuple) -> dict:
         return {s.seq: r.token for s, r in zip(live, resolved, strict=False)}
 
@@ -105,3 +108,22 @@ class DecodeKvFp8(CoreHooks):
         k[steps] = k[steps].to(torch.float8_e4m3fn).to(k.dtype)
         v[steps] = v[steps].to(torch.float8_e4m3fn).to(v.dtype)
         return k, v
+
+
+@variant("token_handoff_after_finish")
+class TokenHandoffAfterFinish(CoreHooks):
+    _last: tuple[str, ...] = ()  # the previous step's rows, by request id
+
+    def route_tokens(self, sampled: tuple) -> tuple:
+        rows, last = list(sampled), self._last
+        self._last = tuple(s.seq.rid for s in rows)
+        now = set(self._last)
+        gone = [i for i, rid in enumerate(last) if rid not in now]
+        if not gone or not rows:
+            return sampled
+        k = gone[0]  # the first row that left: the two rows now at its place trade tokens
+        if k + 1 < len(rows) and rows[k].seq.rid in last and rows[k + 1].seq.rid in last:
+            a, b = rows[k], rows[k + 1]
+            rows[k] = dataclasses.replace(a, token=b.token, logprob=b.logprob)
+            rows[k + 1] = dataclasses.replace(b, token=a.token, logprob=a.logprob)
+        return tuple(rows)

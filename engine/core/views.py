@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.core.dump import snapshot_buffers
+from engine.core.dump import prompt_hash, snapshot_buffers
 from engine.core.sequence import Sequence
 
 
@@ -21,6 +21,12 @@ class EngineViews:
         """Keeps a copy of a finishing request's buffers for later dumps (engine thread)."""
         if self.captures.enabled and seq.pages:
             self.captures.put(seq.rid, snapshot_buffers(self, seq))
+
+    def name_room(self, room: int, rid: str, prompt: list[int]) -> None:
+        """Records that request ``rid`` with ``prompt`` named bootstrap ``room`` (any thread; a
+        dump of the room reports every request that named it)."""
+        self.room_requests[room] = (*(self.room_requests.get(room) or ()),
+                                    (rid, prompt_hash(prompt)))
 
     def dump(self, rid: str) -> dict | None:
         seq = self.scheduler.find(rid)

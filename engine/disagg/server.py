@@ -129,6 +129,7 @@ class PrefillServer(ChatServer):
 
         gen = self._new_generation(dataclasses.replace(
             a, params=dataclasses.replace(a.params, max_tokens=1)))
+        self.engine.name_room(room, gen.rid, gen.seq.prompt)
         try:
             self.engine.add_room(PrefillRoom(room, gen.seq, on_done))
         except (PromptTooLongError, ValueError) as exc:
@@ -212,6 +213,7 @@ class DecodeServer(ChatServer):
     def admit(self, a: Admission) -> Generation:
         url = prefill_url(a.boot, self.allowed_prefills)
         gen = self._new_generation(a)
+        self.engine.name_room(a.boot.room, gen.rid, gen.seq.prompt)
         self.engine.add_room(DecodeRoom(a.boot.room, gen.seq, url))
         self.engine.rid_of_room[a.boot.room] = gen.rid
         return gen

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from safetensors.torch import save as st_save
 
+from engine.core.dump import identity_metadata
 from engine.patches import PatchSet
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
@@ -52,6 +53,7 @@ def _hicache(engine) -> dict:
 
 
 def _dump(engine, rid: str | None, room: int | None) -> Response:
+    """A request's dump with its identity (``engine.core.dump.RequestIdentity``) as metadata."""
     if rid is None and room is not None:
         rid = engine.rid_of_room.get(room)
     if rid is None:
@@ -59,7 +61,9 @@ def _dump(engine, rid: str | None, room: int | None) -> Response:
     tensors = engine.on_loop(lambda: engine.dump(rid))
     if tensors is None:
         raise HTTPException(404, f"request {rid!r} is neither live nor captured")
-    return Response(st_save(tensors, metadata={"rid": rid}), media_type="application/octet-stream")
+    named = (engine.room_requests.get(room) or ()) if room is not None else ()
+    meta = identity_metadata(rid, tensors, named)
+    return Response(st_save(tensors, metadata=meta), media_type="application/octet-stream")
 
 
 def add_debug_routes(app: FastAPI, engine, token: str | None, open_: bool = False) -> None:

@@ -51,6 +51,8 @@ from engine.router.proxy import (
     wait_disconnect,
 )
 from engine.router.state import POLICIES, RoomAssignment, RoomLog, RouterConfig, bootstrap_fields
+from engine.router.variants import RouterHooks
+from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
 CHAT_PATH = "/v1/chat/completions"
@@ -69,7 +71,8 @@ class Router:
                                         limits=httpx.Limits(
                                             max_connections=None,
                                             keepalive_expiry=CLIENT_KEEPALIVE_EXPIRY_S))
-        self._room_rng = random.SystemRandom()
+        self.room_rng = random.SystemRandom()
+        self.hooks = hooks_for(RouterHooks, cfg.patches)  # variants, chosen once
         policy_rng = random.Random(cfg.seed) if cfg.seed is not None else random.SystemRandom()
         self._auth = {SECRET_HEADER: cfg.secret} if cfg.secret else {}
         factory = POLICIES.get(cfg.policy)
@@ -97,21 +100,22 @@ class Router:
 
     async def _assign_rechecked(self) -> RoomAssignment:
         """``assign``; when a pool has no healthy server, its servers are probed once first."""
+        room = await self.hooks.draw_room(self)
         try:
-            return self.assign()
+            return self.assign(room)
         except NoHealthyServer:
             await recheck(self.client, self.upstreams, (*self.cfg.prefill, *self.cfg.decode))
-            return self.assign()
+            return self.assign(room)
 
-    def assign(self) -> RoomAssignment:
-        """Draws the room and picks healthy servers (no await in between: replayable by seed);
-        raises ``NoHealthyServer`` when a pool has none."""
+    def assign(self, room: int | None = None) -> RoomAssignment:
+        """Picks healthy servers for ``room`` (None: a fresh one; no await in between:
+        replayable by seed); raises ``NoHealthyServer`` when a pool has none."""
         pools = {role: self.upstreams.healthy(pool) for role, pool in
                  (("prefill", self.cfg.prefill), ("decode", self.cfg.decode))}
         for role, pool in pools.items():
             if not pool:
                 raise NoHealthyServer(role)
-        room = self._room_rng.getrandbits(63)
+        room = self.room_rng.getrandbits(63) if room is None else room
         a = RoomAssignment(room=room, prefill=self._prefill_policy.pick(pools["prefill"]),
                            decode=self._decode_policy.pick(pools["decode"]), started=time.time())
         self.rooms.add(a)

@@ -9,6 +9,7 @@ import os
 import signal
 
 from engine.http import SECRET_ENV
+from engine.patches import PatchSet
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
 
@@ -37,12 +38,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--health-interval-s", type=float, default=1.0,
                     help="probe upstream /health this often; unhealthy servers get no requests "
                          "until they answer again (0: never probe)")
+    ap.add_argument("--patches", default=os.environ.get("PDWB_ROUTER_PATCHES", ""),
+                    help="comma-separated patch variants (engine.patches) the router runs with "
+                    "(default: $PDWB_ROUTER_PATCHES)")
     args = ap.parse_args(argv)
     try:
         cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,
                            args.timeout_s, args.history, debug_token=args.debug_token,
                            debug_open=args.debug_open, health_interval_s=args.health_interval_s,
-                           secret=os.environ.get(SECRET_ENV) or None)
+                           secret=os.environ.get(SECRET_ENV) or None,
+                           patches=PatchSet.parse(args.patches).enabled)
     except (KeyError, ValueError) as exc:
         ap.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from engine.config import EngineConfig
 from engine.registry import Registry
 
 
@@ -78,6 +79,7 @@ class RouterConfig:
     debug_open: bool = False  # /debug/* without a token (loopback callers only)
     health_interval_s: float = 1.0  # upstream /health probes (0: never; servers stay eligible)
     secret: str | None = field(default=None, repr=False)
+    patches: frozenset[str] = frozenset()  # zoo variants of the router (``engine.patches``)
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:
@@ -85,6 +87,8 @@ class RouterConfig:
         object.__setattr__(self, "prefill", tuple(check_url(u) for u in self.prefill))
         object.__setattr__(self, "decode", tuple(check_url(u) for u in self.decode))
         POLICIES.get(self.policy)
+        # parsed as the engines parse theirs, so a variant planted there reaches the router too
+        object.__setattr__(self, "patches", EngineConfig(patches=self.patches).patches)
         if self.timeout_s <= 0 or self.history < 1 or self.health_interval_s < 0:
             raise ValueError("timeout_s must be > 0, history >= 1, health_interval_s >= 0")
 

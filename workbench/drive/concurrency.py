@@ -27,7 +27,7 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
           "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean,
           "v_logprob_drift": pl.Boolean, "v_logprob_drift_max": pl.Float64,
-          "prompt_tokens": pl.Int64}
+          "prompt_tokens": pl.Int64, "prompt_hash": pl.Utf8}
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ class LoadSummary:
 
 @dataclass(frozen=True)
 class LoadResult:
-    """Per-request DataFrame plus summary; ``captures`` lists dump files of flagged rooms."""
+    """Per-request DataFrame plus summary; ``captures`` lists dump files of flagged rooms and of
+    rooms whose request failed without being killed (for their identities)."""
 
     requests: pl.DataFrame
     summary: LoadSummary
@@ -139,8 +140,9 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
 
     def sink(rec: RequestRecord) -> None:
         records.append(rec)
-        if rec.verdict and rec.verdict.flagged and capture_dir and isinstance(target, PDPair) \
-                and rec.room is not None:
+        odd = (rec.verdict and rec.verdict.flagged) or (rec.error and not rec.killed)
+        if odd and capture_dir and isinstance(target, PDPair) and rec.room is not None \
+                and Capability.BUFFER_DUMPS in target.backend.capabilities:
             captures.append(asyncio.ensure_future(_capture(target, rec, capture_dir)))
         progress.update(len(records), sum(bool(r.verdict and r.verdict.flagged) for r in records))
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import httpx
 
+from engine.core.dump import prompt_hash
 from engine.model import Scored
 from engine.serving.responses import room_of_completion_id
 from engine.text import Tokenizer
@@ -70,6 +71,7 @@ class RequestRecord:
         out["tools"] = json.dumps(self.tools)
         out["token_ids"] = json.dumps(self.token_ids)
         out["prompt_tokens"] = len(self.prompt_ids) if self.prompt_ids is not None else None
+        out["prompt_hash"] = prompt_hash(self.prompt_ids) if self.prompt_ids else None
         v = self.verdict
         out.update({f"v_{k}": getattr(v, k) if v else None for k in
                     ("leaked", "dropped", "well_formed", "tool_ok", "args_ok", "ref_match",

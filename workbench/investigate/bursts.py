@@ -165,6 +165,7 @@ class Reproduction:
     source: str | None = None
     localizations: tuple[Localization, ...] = ()  # of the rooms the buffer oracle judged
     expect_aborts: bool = False  # the shape times requests out on purpose
+    log_dir: str | None = None  # the pair's server and router logs
 
     def engine_config(self) -> EngineConfig:
         """The launched engine's configuration (for references and buffer diffs)."""

@@ -3,9 +3,15 @@ bisect commits, and say where it arises. It is never told which bug it is lookin
 
 ``investigate(source=...)`` runs ``workbench.investigate.reproduce.sweep`` on the code in ``source``
 (a checkout), localizes the first flagged rooms from their captures
-(``workbench.observe.localize``), and ``diagnose`` names the stage (prefill, transfer, decode) from
-the evidence, most direct first: HiCache reads that raced their load, then buffer divergences, then
-room failure reasons, then what stayed after draining, then late writes. With ``commits=(good,
+(``workbench.observe.localize``), and ``diagnose`` names the component (``Stage``: router,
+prefill, transfer, decode, sampling, engine loop) from the evidence, most direct first: HiCache
+reads that raced their load, then rooms whose dumps carry two requests (router), then buffer
+divergences, then generated tokens that depart from the reference's greedy choice over right
+buffers or a stream that carried tokens its request did not produce (two rooms that got each
+other's due token, or such a stream: engine loop; else sampling;
+``workbench.observe.attribution``), then room failure reasons, then what stayed after draining,
+then late writes. The diagnosis quotes the warning and error lines of the pair's logs around the
+flagged requests (``workbench.observe.logs``). With ``commits=(good,
 bad)`` it then bisects that range in ``source``'s repository with the shape that fired. The result
 is an ``Investigation`` (``workbench.investigate.outcome``) whatever happened: an engine that did
 not start, nothing found, a bug found but not localized and a bisection that did not converge are
@@ -14,6 +20,8 @@ outcomes.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -28,7 +36,10 @@ from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, col
 from workbench.investigate.reproduce import Sweep, sweep
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
+from workbench.observe.attribution import attribute_tokens, room_conflict, shared_rooms
+from workbench.observe.buffers import capture_name, load_identity
 from workbench.observe.localize import AUX_FIRST_TOKEN, Localization, Stage, localize
+from workbench.observe.logs import log_evidence
 
 log = logging.getLogger(__name__)
 EXPECTED_REASONS = ("client abort", "client disconnected", "decode abort")
@@ -36,17 +47,36 @@ _TIMEOUTS = ("waiting timeout", "prefill unreachable")
 
 
 def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagnosis:
-    """The stage an anomalous reproduction points at (see the module docstring for the order)."""
+    """The component an anomalous reproduction points at (see the module docstring for the
+    order), with the warning and error lines of the pair's logs around its flagged requests."""
+    return dataclasses.replace(_diagnose(rep, localizations), logs=_log_lines(rep))
+
+
+def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagnosis:
     reads = column_total(rep.bursts, "stale_reads")
     kv_reads = column_total(rep.bursts, "stale_kv_reads")
     if reads or kv_reads:
         kind = "index_k_read" if reads >= kv_reads else "kv_read"
         return Diagnosis(Stage.PREFILL, kind, f"{reads} index-K and {kv_reads} K/V reads of a "
                          "layer still loading back from HiCache", "race")
+    shared = ([loc.conflict for loc in localizations if loc.conflict]
+              + _failed_room_conflicts(rep) + shared_rooms(rep.requests))
+    if shared:
+        return Diagnosis(Stage.ROUTER, "shared_room", f"{shared[0]} ({len(shared)} room(s) "
+                         "alike): the control plane gave one room to two requests", "identity")
     divs = sorted(loc.first for loc in localizations if loc.first is not None)
     if divs:
         kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer
         return Diagnosis(divs[0].stage, kind, divs[0].describe(), "buffers")
+    streams = [loc.stream for loc in localizations if loc.stream]
+    if streams:
+        return Diagnosis(Stage.ENGINE_LOOP, "stream_handoff", f"{streams[0]} ({len(streams)} "
+                         "room(s) alike)", "tokens")
+    tokens = attribute_tokens([loc.off_greedy for loc in localizations if loc.off_greedy])
+    if tokens is not None:
+        stage = Stage.ENGINE_LOOP if tokens.component == "engine_loop" else Stage.SAMPLING
+        kind = "token_handoff" if stage is Stage.ENGINE_LOOP else "off_greedy"
+        return Diagnosis(stage, kind, tokens.detail, "tokens")
     expected = EXPECTED_REASONS + (_TIMEOUTS if rep.expect_aborts else ())
     odd = {r: n for r, n in rep.reasons.items() if r not in expected}
     if odd:
@@ -66,25 +96,66 @@ def diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagno
     return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
 
 
-def _flagged_rooms(rep: Reproduction, n: int) -> list[int]:
+def _failed_room_conflicts(rep: Reproduction, n: int = 12) -> list[str]:
+    """``room_conflict`` of rooms whose request failed unkilled, from their captures'
+    identities alone (their buffers are not compared: a failed room's are incomplete)."""
+    if not len(rep.requests) or not rep.captures:
+        return []
+    failed = rep.requests.filter((pl.col("error") != "") & ~pl.col("killed")
+                                 & pl.col("room").is_not_null())
+    files = {p.name: p for p in rep.captures}
+    out = []
+    for row in failed.head(n).iter_rows(named=True):
+        room = row["room"]
+        pre, dec = (files.get(capture_name(room, role)) for role in ("prefill", "decode"))
+        try:
+            found = room_conflict(room, load_identity(pre) if pre else None,
+                                  load_identity(dec) if dec else None, row.get("prompt_hash"))
+        except (OSError, ValueError) as exc:
+            log.warning("identity of room %d not read: %s", room, exc)
+            continue
+        if found:
+            out.append(found)
+    return out
+
+
+def _log_lines(rep: Reproduction) -> tuple[str, ...]:
+    """Alerting log lines naming the flagged rooms or inside their requests' time window."""
+    if not rep.log_dir or not len(rep.requests):
+        return ()
+    bad = rep.requests.filter(pl.col("flagged") | ((pl.col("error") != "") & ~pl.col("killed")))
+    if not len(bad):
+        return ()
+    rooms = [r for r in bad["room"].to_list() if r is not None]
+    t0, t1 = bad["started_at"].min(), bad["ended_at"].max()
+    window = (t0 - 1.0, t1 + 1.0) if t0 is not None and t1 is not None else None
+    return tuple(ln.describe() for ln in log_evidence(rep.log_dir, rooms, window=window))
+
+
+def _flagged_rooms(rep: Reproduction, n: int) -> list[tuple[int, str | None, list | None]]:
+    """(room, the prompt hash the client sent, the tokens it received; None: unknown) of up to
+    ``n`` flagged rooms captured on both sides."""
     if not len(rep.requests):
         return []
     bad = rep.requests.filter(pl.col("flagged") & pl.col("room").is_not_null())
     captured = {p.name for p in rep.captures}
-    rooms = [r for r in bad["room"].to_list()
-             if f"room-{r}-prefill.safetensors" in captured
-             and f"room-{r}-decode.safetensors" in captured]
-    return rooms[:n]
+    out = []
+    for row in bad.iter_rows(named=True):
+        r = row["room"]
+        if capture_name(r, "prefill") in captured and capture_name(r, "decode") in captured:
+            ids = json.loads(row["token_ids"]) if row.get("token_ids") else None
+            out.append((r, row.get("prompt_hash"), ids))
+    return out[:n]
 
 
-def localize_flagged(rep: Reproduction, n: int = 3) -> list[Localization]:
+def localize_flagged(rep: Reproduction, n: int = 12) -> list[Localization]:
     """Localizations of up to ``n`` flagged rooms captured on both sides (a room whose capture
     cannot be read is skipped and logged)."""
     out, refb = [], None
-    for room in _flagged_rooms(rep, n):
+    for room, sent, received in _flagged_rooms(rep, n):
         refb = refb or ReferenceBuffers(rep.engine_config())
         try:
-            out.append(localize(rep, room, refb))
+            out.append(localize(rep, room, refb, sent=sent, received=received))
         except (KeyError, OSError, ValueError) as exc:
             log.warning("room %d not localized: %s", room, exc)
     return out

@@ -37,14 +37,17 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """Where the anomaly arises: ``stage`` (None: not localized), ``kind`` (a buffer name or an
-    evidence kind), ``detail`` (one sentence), ``basis`` (``"race"``, ``"buffers"``,
-    ``"failures"``, ``"leftovers"``, ``"late_writes"`` or ``"none"``)."""
+    """Where the anomaly arises: ``stage`` (the component; None: not localized), ``kind`` (a
+    buffer name or an evidence kind), ``detail`` (one sentence), ``basis`` (``"race"``,
+    ``"identity"``, ``"buffers"``, ``"tokens"``, ``"failures"``, ``"leftovers"``,
+    ``"late_writes"`` or ``"none"``), ``logs``: warning and error lines of the pair's logs around
+    the flagged requests, each as ``"file: line"`` (``workbench.observe.logs``)."""
 
     stage: Stage | None
     kind: str
     detail: str
     basis: str
+    logs: tuple[str, ...] = ()
 
     def describe(self) -> str:
         where = self.stage.name.lower() if self.stage is not None else "not localized"
@@ -129,6 +132,7 @@ class Investigation:
         lines += [f"  {loc.describe()}" for loc in self.localizations]
         if self.bisection is not None:
             lines.append(f"bisection: {self.bisection.headline()}")
+        lines += [f"  log {ln}" for ln in self.diagnosis.logs]
         if self.error:
             lines.append(f"error: {self.error}")
         lines += [f"finding: {d.title}" for d in self.findings()]
@@ -167,7 +171,8 @@ def _found(inv: Investigation) -> FindingDraft:
         checks,
         {"shape": inv.sweep.fired, "diagnosis": diag.describe(), "basis": diag.basis,
          "divergences": [d.describe() for loc in inv.localizations for d in loc.divergences[:3]],
-         "reasons": dict(hit.reasons), "left": [d.left for d in hit.drains]})
+         "reasons": dict(hit.reasons), "left": [d.left for d in hit.drains],
+         "logs": list(diag.logs)})
 
 
 _CLAIMS = {Outcome.LAUNCH_FAILED: _launch_failed, Outcome.NOTHING_FOUND: _nothing_found,

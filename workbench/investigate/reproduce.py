@@ -96,8 +96,9 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
                 first = runs[-1].burst.t_s
             if stop is not None and sum(stop_on.count(r.burst) for r in runs) >= stop:
                 break
-    return _reproduction(variant or ("+".join(patches) if patches else "as-is"),
-                         _merged(patches, sh), sh, runs, launch_s, first, source)
+    rep = _reproduction(variant or ("+".join(patches) if patches else "as-is"),
+                        _merged(patches, sh), sh, runs, launch_s, first, source)
+    return dataclasses.replace(rep, log_dir=str(pair.log_dir))
 
 
 def _merged(patches: Sequence[str], sh: Shape) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load as st_load
 
 from engine.config import EngineConfig
-from engine.core.dump import DumpKey
+from engine.core.dump import DumpKey, RequestIdentity, read_metadata
 from engine.model import Reference, load_model
 from workbench.deploy import Capability, EngineDown, PDPair, lasting, require
 
@@ -45,6 +45,7 @@ class BufferDump:
     tensors: dict[str, torch.Tensor]
     num_cached: int = 0
     output: tuple[int, ...] = ()  # tokens the request generated (a PD prefill: its first)
+    identity: RequestIdentity | None = None  # whose dump (None: a dump written without one)
 
     @property
     def num_layers(self) -> int:
@@ -56,22 +57,34 @@ class BufferDump:
         save_file({**self.tensors, "tokens": torch.tensor(self.tokens),
                    "num_cached": torch.tensor([self.num_cached]),
                    "output": torch.tensor(list(self.output), dtype=torch.int64)}, str(path),
-                  metadata={"source": self.source})
+                  metadata={"source": self.source,
+                            **(self.identity.to_metadata() if self.identity else {})})
         return Path(path)
 
 
 def parse_dump(blob: bytes, source: str, what=("kv", "index_k", "index_k_read")) -> BufferDump:
-    return dump_of(st_load(blob), source, what)
+    """A dump blob with its request identity (safetensors metadata), if it carries one."""
+    ident = RequestIdentity.from_metadata(read_metadata(blob))
+    return dump_of(st_load(blob), source, what, ident)
 
 
 def dump_of(raw: dict[str, torch.Tensor], source: str,
-            what=("kv", "index_k", "index_k_read")) -> BufferDump:
+            what=("kv", "index_k", "index_k_read"),
+            identity: RequestIdentity | None = None) -> BufferDump:
     """The ``BufferDump`` of an engine's dump tensors (``Engine.dump``, or a parsed blob)."""
     names = {n for w in what for n in WHAT[w]}
     keep = {k: v for k, v in raw.items() if (key := DumpKey.parse(k)) and key.name in names}
     cached = int(raw["num_cached"][0]) if "num_cached" in raw else 0
     output = tuple(raw["output"].tolist()) if "output" in raw else ()
-    return BufferDump(source, raw["tokens"].tolist(), keep, cached, output)
+    return BufferDump(source, raw["tokens"].tolist(), keep, cached, output, identity)
+
+
+def load_identity(path: str | Path) -> RequestIdentity | None:
+    """The request identity a dump file carries, read from its header alone."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else 0
+        return RequestIdentity.from_metadata(read_metadata(head + f.read(n)) if n else {})
 
 
 def load_dump(path: str | Path, what=("kv", "index_k", "index_k_read")) -> BufferDump:
@@ -127,24 +140,34 @@ class ReferenceBuffers:
         model = load_model(Path(cfg.model_dir) / "model.safetensors").to(cfg.device)
         self.ref = Reference(model, cfg.replace(batch_invariant=True))
         self.memo = memo
-        self._seen: OrderedDict[tuple[int, ...], dict[str, torch.Tensor]] = OrderedDict()
+        self._seen: OrderedDict[tuple[int, ...], tuple[dict[str, torch.Tensor], list[int]]] = \
+            OrderedDict()
 
     def buffers(self, tokens: list[int]) -> dict[str, torch.Tensor]:
         """Every layer's reference K, V and index-K for ``tokens`` (a pure function of them: the
         last ``memo`` answers are kept, so judging many schedules of one load recomputes none)."""
+        return self._forward(tokens)[0]
+
+    def greedy(self, tokens: list[int]) -> list[int]:
+        """The reference's greedy next token after each prefix of ``tokens`` ([T], argmax of its
+        logits; memoized with ``buffers``)."""
+        return self._forward(tokens)[1]
+
+    def _forward(self, tokens: list[int]) -> tuple[dict[str, torch.Tensor], list[int]]:
         key = tuple(tokens)
         if key in self._seen:
             self._seen.move_to_end(key)
             return self._seen[key]
         out = {}
-        for i, lb in enumerate(self.ref.forward(tokens).layers):
+        res = self.ref.forward(tokens)
+        for i, lb in enumerate(res.layers):
             out[str(DumpKey(i, "k"))], out[str(DumpKey(i, "v"))] = lb.k, lb.v
             for name in ("index_k_f32", "index_k_read_f32"):
                 out[str(DumpKey(i, name))] = lb.index_k
-        self._seen[key] = out
+        self._seen[key] = (out, res.logits.argmax(-1).tolist())
         if len(self._seen) > self.memo:
             self._seen.popitem(last=False)
-        return out
+        return self._seen[key]
 
 
 def diff_against_reference(dump: BufferDump, cfg: EngineConfig | ReferenceBuffers,

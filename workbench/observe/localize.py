@@ -11,6 +11,7 @@ in the prefix reused from the cache or at a chunk boundary).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -20,6 +21,7 @@ import torch
 from engine.config import EngineConfig
 from engine.core.dump import DumpKey
 from workbench.deploy import PDPair
+from workbench.observe.attribution import OffGreedy, off_greedy, room_conflict, stream_departure
 from workbench.observe.buffers import (
     BufferDump,
     ReferenceBuffers,
@@ -32,11 +34,14 @@ AUX_FIRST_TOKEN = "aux_first_token"
 
 
 class Stage(enum.IntEnum):
-    """Where a divergence arises, in causal order."""
+    """Where an anomaly arises (the component), in causal order along a request's path."""
 
-    PREFILL = 0  # the prefill's own buffers differ from the reference
-    TRANSFER = 1  # the decode's copy of the prompt differs from the prefill's
-    DECODE = 2  # positions the decode computed differ from the reference
+    ROUTER = 0  # the router / control plane: room assignment, bootstrap, preallocs, aborts
+    PREFILL = 1  # the prefill's own buffers differ from the reference
+    TRANSFER = 2  # the decode's copy of the prompt differs from the prefill's
+    DECODE = 3  # positions the decode computed differ from the reference
+    SAMPLING = 4  # right buffers (so right logits), a chosen token that is not their argmax
+    ENGINE_LOOP = 5  # right tokens sampled, handed to the wrong request (batch bookkeeping)
 
 
 @dataclass(frozen=True, order=True)
@@ -71,6 +76,9 @@ class Localization:
     num_cached: int
     divergences: tuple[Divergence, ...]
     compared: int  # (side, layer, buffer) tensors compared
+    conflict: str = ""  # "room R carried two requests: ..." (then nothing was compared)
+    off_greedy: OffGreedy | None = None  # buffers right, a generated token not the greedy one
+    stream: str = ""  # the client received tokens the decode's request did not produce
 
     @property
     def first(self) -> Divergence | None:
@@ -81,6 +89,11 @@ class Localization:
                              for d in self.divergences])
 
     def describe(self) -> str:
+        if self.conflict:
+            return self.conflict
+        if self.first is None and self.off_greedy is not None:
+            return (f"room {self.room}: every compared buffer ({self.compared}) equals the "
+                    f"reference; {self.off_greedy.describe().split(': ', 1)[1]}")
         if self.first is None:
             return (f"room {self.room}: every compared buffer ({self.compared}) equals the "
                     "reference on both sides and the transfer")
@@ -151,15 +164,23 @@ def _first_token(pre: BufferDump, dec: BufferDump, prompt_len: int) -> list[Dive
                        float(abs(pre.output[0] - dec.output[0])), False, False)]
 
 
-def localize(source, room: int,
-             reference: ReferenceBuffers | None = None, rtol: float = 1e-5) -> Localization:
+def localize(source, room: int, reference: ReferenceBuffers | None = None,
+             rtol: float = 1e-5, sent: str | None = None,
+             received: Sequence[int] | None = None) -> Localization:
     """Dumps ``room`` on both sides of a live ``PDPair`` (or loads a ``Reproduction``'s captures
     of it, or takes a ``DumpSource``'s) and orders every divergence causally; ``reference``
-    reuses a loaded reference model across calls."""
-    cfg = _config(source)
-    refb = reference or ReferenceBuffers(cfg)
+    reuses a loaded reference model across calls. Dumps that carry two requests
+    (``attribution.room_conflict``; ``sent``: the prompt hash the client sent) are not compared:
+    the localization holds the conflict. With no divergence, the decode's generated tokens are
+    checked against the reference's greedy choices (``attribution.off_greedy``); ``received``
+    (the tokens the client got) against the decode's output (``attribution.stream_departure``)."""
     pre, dec = _dumps(source, room)
     prompt_len = len(pre.tokens)
+    conflict = room_conflict(room, pre.identity, dec.identity, sent)
+    if conflict:
+        return Localization(room, prompt_len, pre.num_cached, (), 0, conflict)
+    cfg = _config(source)
+    refb = reference or ReferenceBuffers(cfg)
     ctx = (pre.num_cached, cfg.chunk_size)
     divs = _divergences(Stage.PREFILL, pre.tensors, refb.buffers(pre.tokens), 0, prompt_len,
                         ctx, rtol)
@@ -169,4 +190,6 @@ def localize(source, room: int,
                          len(dec.tokens), ctx, rtol)
     compared = sum(DumpKey.parse(k) is not None and DumpKey.parse(k).name in COMPARED
                    for d in (pre, dec) for k in d.tensors)
-    return Localization(room, prompt_len, pre.num_cached, tuple(sorted(divs)), compared)
+    off = None if divs else off_greedy(room, dec.tokens[:prompt_len], dec.output, refb.greedy)
+    return Localization(room, prompt_len, pre.num_cached, tuple(sorted(divs)), compared,
+                        off_greedy=off, stream=stream_departure(room, received, dec.output))
