@@ -5,7 +5,9 @@ bisect commits, and say where it arises. It is never told which bug it is lookin
 (a checkout), localizes the first flagged rooms from their captures
 (``workbench.observe.localize``), and ``diagnose`` names the component (``Stage``: router,
 prefill, transfer, decode, sampling, engine loop) from the evidence, most direct first: HiCache
-reads that raced their load, then rooms whose dumps carry two requests (router), then buffer
+reads that raced their load, then rooms whose dumps carry two requests (router), then decode
+positions whose layer-0 K reads back as computed from a token their request does not hold (the
+engine loop fed the forward another token: ``workbench.observe.inputs``), then buffer
 divergences, then generated tokens that depart from the reference's greedy choice over right
 buffers or a stream that carried tokens its request did not produce (two rooms that got each
 other's due token, or such a stream: engine loop; else sampling;
@@ -64,6 +66,11 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
     if shared:
         return Diagnosis(Stage.ROUTER, "shared_room", f"{shared[0]} ({len(shared)} room(s) "
                          "alike): the control plane gave one room to two requests", "identity")
+    mixups = [m for loc in localizations for m in loc.mixups]
+    if mixups:
+        return Diagnosis(Stage.ENGINE_LOOP, "input_token", f"{mixups[0].describe()} "
+                         f"({len(mixups)} position(s) in {len({m.room for m in mixups})} "
+                         "room(s) alike)", "tokens")
     divs = sorted(loc.first for loc in localizations if loc.first is not None)
     if divs:
         kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer

@@ -28,6 +28,7 @@ from workbench.observe.buffers import (
     dump_buffers,
     load_dump,
 )
+from workbench.observe.inputs import InputMixup, input_mixups
 
 COMPARED = ("k", "v", "index_k_f32", "index_k_read_f32")
 AUX_FIRST_TOKEN = "aux_first_token"
@@ -79,6 +80,7 @@ class Localization:
     conflict: str = ""  # "room R carried two requests: ..." (then nothing was compared)
     off_greedy: OffGreedy | None = None  # buffers right, a generated token not the greedy one
     stream: str = ""  # the client received tokens the decode's request did not produce
+    mixups: tuple[InputMixup, ...] = ()  # decode positions computed from another token
 
     @property
     def first(self) -> Divergence | None:
@@ -191,5 +193,23 @@ def localize(source, room: int, reference: ReferenceBuffers | None = None,
     compared = sum(DumpKey.parse(k) is not None and DumpKey.parse(k).name in COMPARED
                    for d in (pre, dec) for k in d.tensors)
     off = None if divs else off_greedy(room, dec.tokens[:prompt_len], dec.output, refb.greedy)
+    mix = _mixups(room, dec, refb, prompt_len, rtol) if divs else ()
     return Localization(room, prompt_len, pre.num_cached, tuple(sorted(divs)), compared,
-                        off_greedy=off, stream=stream_departure(room, received, dec.output))
+                        off_greedy=off, stream=stream_departure(room, received, dec.output),
+                        mixups=mix)
+
+
+def _mixups(room: int, dec: BufferDump, refb: ReferenceBuffers, lo: int,
+            rtol: float) -> tuple[InputMixup, ...]:
+    """Decode positions whose layer-0 K differs from the reference and reads back as computed
+    from a token the request does not hold there (``workbench.observe.inputs``)."""
+    key = str(DumpKey(0, "k"))
+    got, want = dec.tensors.get(key), refb.buffers(dec.tokens).get(key)
+    if got is None or want is None:
+        return ()
+    n = min(len(got), len(want), len(dec.tokens))
+    if n <= lo:
+        return ()
+    bad = (_relative_errors(got[lo:n], want[lo:n].to(got.dtype)) > rtol).nonzero().flatten()
+    return tuple(input_mixups(refb.ref.model, room, dec.tokens, dec.tensors,
+                              [lo + int(i) for i in bad[:16]]))
