@@ -48,7 +48,8 @@ def log_evidence(log_dir: str | Path | None, rooms: Iterable[int] = (), rids: It
     ``rids`` (first) or fall inside ``window`` (see the module docstring); () without logs."""
     if log_dir is None or not Path(log_dir).is_dir():
         return ()
-    keys = [str(r) for r in rooms] + [r for r in rids if r]
+    names = [str(r) for r in rooms] + [r for r in rids if r]
+    keys = re.compile("|".join(rf"\b{re.escape(k)}\b" for k in names) or "(?!)")  # none: none
     named, timed = [], []
     for path in sorted(Path(log_dir).rglob("*.log")):
         try:
@@ -59,7 +60,7 @@ def log_evidence(log_dir: str | Path | None, rooms: Iterable[int] = (), rids: It
             if not ALERT.search(raw):
                 continue
             line = raw.strip()[:MAX_LINE]
-            if any(k in raw for k in keys):
+            if keys.search(_STAMP.sub("", raw)):  # a room or rid, never the timestamp's digits
                 named.append(LogLine(path.name, line, True))
             elif window is not None and (t := stamp(raw)) is not None \
                     and window[0] <= t <= window[1]:
