@@ -73,7 +73,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     sh = dataclasses.replace(sh, **{k: v for k, v in (("sessions", sessions), ("turns", turns),
                                                        ("engine", engine), ("faults", faults))
                                     if v is not None})
-    plan = seeds if seeds is not None else (
+    burst_seeds = seeds if seeds is not None else (
         itertools.count(seed) if max_bursts is None else range(seed, seed + max_bursts))
     stop = None if seeds is not None else stop_after_flags
     cap = Path(capture_dir) if capture_dir else None
@@ -85,7 +85,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
                         decode_args=sh.decode_args, source=source) as pair:
         launch_s = time.monotonic() - t0
         reference = ReferenceBuffers(pair.spec.engine_config()) if judge != 0 else None
-        for s in plan:
+        for s in burst_seeds:
             left = LoadConfig.duration_s if cap_s is None else cap_s - (time.monotonic() - t0)
             if left <= 0:
                 break
