@@ -7,11 +7,12 @@ each under the engine's tokenizer) makes every prompt end on a multiple of ``ali
 
 from __future__ import annotations
 
+from engine.config import EngineConfig
 from engine.serving.generation import plan_prompt
 from engine.text import Tokenizer, ToolSpec
 
 _TOKENIZER = Tokenizer()
-MAX_PROMPT_TOKENS = 900  # engine.config.EngineConfig.max_prompt_tokens
+MAX_PROMPT_TOKENS = EngineConfig.max_prompt_tokens
 
 
 def prompt_length(messages: list[dict], tools: list[dict]) -> int:

@@ -20,6 +20,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from engine.config import EngineConfig
 from engine.registry import Registry
 from workbench.drive.shapes import Shape, shape_of
 
@@ -70,7 +71,7 @@ MODE_ORDER: tuple[str, ...] = ("overlap", "hicache_off", "chunk_aligned", "page_
 """Single modes in sweep order: SGLang's production defaults first (overlap scheduling on, no
 HiCache host tier), then the workload-only axes, then other configuration changes."""
 
-_DEFAULTS = {"page": 16, "chunk": 256}  # engine.config.EngineConfig's page_size, chunk_size
+_DEFAULTS = {"page": EngineConfig.page_size, "chunk": EngineConfig.chunk_size}
 
 
 def mode_of(mode: str | Mode) -> Mode:
