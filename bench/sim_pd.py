@@ -16,11 +16,13 @@ import argparse
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from bench.table import TableRow
 from engine.patches import ZOO
 from workbench import sim
 from workbench.drive import SWEEP_ORDER
+from workbench.scale import executor_for
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +93,26 @@ def sweep(bug: str, seeds: int, replays: int) -> FoundRow:
     return FoundRow(bug, None, None, n, round(time.perf_counter() - t0, 1), "", 0, 0)
 
 
+def fixed_run(cell: tuple[str, int]) -> bool:
+    """One fixed-code schedule of a shape: True when it failed (logged)."""
+    shape, seed = cell
+    got = sim.run((), seed, sim.Workload.of_shape(shape))
+    if got.failed:
+        log.warning("fixed code failed %s seed %d: %s", shape, seed, describe(got))
+    return got.failed
+
+
 def measure(seeds: int = 3, replays: int = 3, fixed: int = 2,
-            bugs: tuple[str, ...] = tuple(ZOO)) -> SimPD:
-    rows = []
-    for bug in bugs:
-        rows.append(sweep(bug, seeds, replays))
-        log.info("sim_pd %s", rows[-1])
-    failures, runs = 0, 0
-    for shape in SWEEP_ORDER:
-        for seed in range(fixed):
-            got = sim.run((), seed, sim.Workload.of_shape(shape))
-            runs += 1
-            failures += got.failed
-            if got.failed:
-                log.warning("fixed code failed %s seed %d: %s", shape, seed, describe(got))
-    return SimPD(tuple(rows), runs, failures)
+            bugs: tuple[str, ...] = tuple(ZOO), workers: int | None = None,
+            address: str | None = None) -> SimPD:
+    """Each bug's sweep and each fixed schedule is one task of ``executor_for(workers,
+    address)``; rows come back in ``bugs`` order whatever ran where."""
+    ex = executor_for(workers, address)
+    rows = ex.map(partial(sweep, seeds=seeds, replays=replays), bugs, label="sim_pd bugs",
+                  failed=lambda r: not r.found, flag="not found", unit="bugs")
+    cells = [(shape, seed) for shape in SWEEP_ORDER for seed in range(fixed)]
+    failed = ex.map(fixed_run, cells, label="sim_pd fixed", failed=bool, unit="schedules")
+    return SimPD(tuple(rows), len(cells), sum(failed))
 
 
 def report(res: SimPD) -> None:
@@ -123,11 +130,14 @@ def main(argv: list[str] | None = None) -> SimPD:
     ap.add_argument("--replays", type=int, default=3)
     ap.add_argument("--fixed", type=int, default=2, help="fixed-code schedules per shape")
     ap.add_argument("--bugs", nargs="*", default=list(ZOO))
+    ap.add_argument("--workers", type=int, default=None, help="1: in process; default: Ray")
+    ap.add_argument("--address", default=None, help="a Ray cluster (default: a local one)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("engine", "httpx"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    res = measure(args.seeds, args.replays, args.fixed, tuple(args.bugs))
+    res = measure(args.seeds, args.replays, args.fixed, tuple(args.bugs), args.workers,
+                  args.address)
     report(res)
     return res
 

@@ -1,8 +1,9 @@
 """Simulation at scale: every failing variant replayed 100 times, the fixed code over 10,000
 schedules.
 
-Run ``python -m bench.sim_scale [--fixed 10000] [--replays 100] [--workers 2]``. In one run, on
-``--workers`` processes (one torch thread each):
+Run ``python -m bench.sim_scale [--fixed 10000] [--replays 100] [--workers N] [--address A]``.
+In one run, as Ray tasks (one CPU and one torch thread each) on a local cluster of ``--workers``
+CPUs (default: this machine's cores) or the cluster at ``--address``:
 
 * every failing patch variant (``CASES``: each ``engine.patches.ZOO`` bug swept blind over real
   mode's shapes in a simulated PD pair, as ``bench.sim_pd``; the index-K race with bf16 index-K
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import multiprocessing
 import time
 from dataclasses import dataclass
 
@@ -31,6 +31,7 @@ from bench.table import TableRow
 from engine.patches import RARE, ZOO
 from workbench import sim
 from workbench.drive import SWEEP_ORDER
+from workbench.scale import Executor, Placement
 
 log = logging.getLogger(__name__)
 SMALL = sim.Workload(sessions=2, max_tokens=16)
@@ -90,7 +91,7 @@ def _case(name: str, replays: int) -> FoundRow:
     patches, strategy, workload = EXPLORED[name]
     t0 = time.perf_counter()
     found = sim.explore(patches, seeds=range(1000), workload=workload, strategy=strategy,
-                        progress=False)
+                        progress=False, workers=1)  # already one task of the executor
     got = found.first_failure
     if got is None:
         return FoundRow(name, None, None, len(found.runs), round(time.perf_counter() - t0, 1),
@@ -131,19 +132,23 @@ def _init() -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
-def measure(fixed: int = 10_000, replays: int = 100, workers: int = 2,
-            cases: tuple[str, ...] = CASES, chunk: int = 200) -> SimScale:
+def _task_failed(got: FoundRow | FixedChunk) -> bool:
+    return not got.found if isinstance(got, FoundRow) else bool(got.failures)
+
+
+def measure(fixed: int = 10_000, replays: int = 100, workers: int | None = None,
+            cases: tuple[str, ...] = CASES, chunk: int = 200,
+            address: str | None = None) -> SimScale:
+    """Every case and every ``chunk`` of fixed schedules is one task on ``Placement(workers,
+    address)`` (default: a local Ray cluster of this machine's cores, stopped after)."""
     t0 = time.perf_counter()
     tasks = [("case", c, replays) for c in cases]
     tasks += [("fixed", s, min(fixed, s + chunk)) for s in range(0, fixed, chunk)]
-    rows, chunks = [], []
-    with multiprocessing.get_context("spawn").Pool(workers, initializer=_init) as pool:
-        for got in pool.imap_unordered(_task, tasks):
-            (rows if isinstance(got, FoundRow) else chunks).append(got)
-            log.info("sim_scale %d/%d tasks (%.0f s): %s", len(rows) + len(chunks), len(tasks),
-                     time.perf_counter() - t0, got)
-    order = {c: i for i, c in enumerate(cases)}
-    rows.sort(key=lambda r: order[r.name])
+    with Executor(Placement(workers, address)) as ex:
+        done = ex.map(_task, tasks, label="sim_scale", unit="tasks", flag="failing",
+                      failed=_task_failed)
+    rows = [g for g in done if isinstance(g, FoundRow)]
+    chunks = [g for g in done if isinstance(g, FixedChunk)]
     return SimScale(tuple(rows), sum(c.schedules for c in chunks),
                     tuple(f for c in chunks for f in c.failures),
                     sum(c.decisions for c in chunks), time.perf_counter() - t0)
@@ -165,11 +170,13 @@ def main(argv: list[str] | None = None) -> SimScale:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixed", type=int, default=10_000)
     ap.add_argument("--replays", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=None, help="1: in process; default: Ray")
+    ap.add_argument("--address", default=None, help="a Ray cluster (default: a local one)")
     ap.add_argument("--cases", nargs="*", default=list(CASES))
     args = ap.parse_args(argv)
     _init()
-    res = measure(args.fixed, args.replays, args.workers, tuple(args.cases))
+    res = measure(args.fixed, args.replays, args.workers, tuple(args.cases),
+                  address=args.address)
     report(res)
     return res
 

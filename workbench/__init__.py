@@ -12,6 +12,7 @@ point down ``LAYERS`` (top first; ``tests/test_layout.py`` enforces it):
 - ``observe``      metrics and queue sampling, buffer dumps, evidence, localization
 - ``deploy``       launch/attach (ours, real vLLM, SGLang's router), processes, the watch
 - ``search``       bisection statistics and the trial store (pure math, no servers)
+- ``scale``        where work runs: in process or on Ray (tasks, actors), progress
 
 The engine is reached only through the seams ``ARCHITECTURE.md`` lists (also enforced).
 """
@@ -25,7 +26,8 @@ from workbench.observe import ReferenceBuffers, diff_against_reference, dump_buf
 from workbench.report import plots
 from workbench.search import bisect
 
-LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "deploy", "search")
+LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "deploy", "search",
+          "scale")
 
 __all__ = [
     "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",

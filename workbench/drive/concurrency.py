@@ -16,9 +16,9 @@ import polars as pl
 from workbench.deploy import Capability, EngineDown, PDPair, client_headers, require
 from workbench.deploy.routers import ROUTERS
 from workbench.drive.load import LoadConfig, RequestRecord, SessionRunner
-from workbench.drive.progress import Progress
 from workbench.judge import ReferenceOracle
 from workbench.observe.buffers import capture_name
+from workbench.scale.progress import Progress
 
 log = logging.getLogger(__name__)
 SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": pl.Float64,

@@ -19,8 +19,8 @@ import polars as pl
 from workbench.deploy import EngineDown, PDPair, client_headers, lasting
 from workbench.drive.concurrency import LoadResult, wilson
 from workbench.drive.load import LoadConfig, chat_body
-from workbench.drive.progress import Progress
 from workbench.judge.oracle import first_difference
+from workbench.scale.progress import Progress
 
 
 @dataclass(frozen=True)

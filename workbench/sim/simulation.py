@@ -25,10 +25,11 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from engine.sim import Guided, SimRuntime
 from workbench.drive.concurrency import load_result
-from workbench.drive.progress import Progress
+from workbench.scale import executor_for
 from workbench.sim.pd import PDSimulation
 from workbench.sim.single import EngineSimulation
 from workbench.sim.workload import DEFAULT_WORKLOAD, SimRun, Workload, check_simulated
@@ -81,19 +82,36 @@ class Exploration:
 
 def explore(patches: Iterable[str] = (), seeds: Iterable[int] = range(100),
             workload: Workload = DEFAULT_WORKLOAD, strategy: str = "random",
-            stop_on_failure: bool = True, progress: bool = True) -> Exploration:
+            stop_on_failure: bool = True, progress: bool = True, workers: int | None = None,
+            address: str | None = None) -> Exploration:
     """Runs one schedule per seed until one fails (``stop_on_failure``: each schedule also stops
-    starting requests at its first flag) or the seeds run out."""
+    starting requests at its first flag) or the seeds run out.
+
+    ``workers=1`` runs them here, one after another; otherwise they are Ray tasks
+    (``workbench.scale.executor_for``: this machine's cores, or the cluster at ``address``).
+    Either way the result is the same: runs in seed order, up to the lowest failing seed."""
     seeds = list(seeds)
-    bar = Progress(len(seeds), f"sim {strategy}", enabled=progress)
-    runs = []
-    for seed in seeds:
-        runs.append(run(patches, seed, workload, strategy, stop_at_flag=stop_on_failure))
-        bar.update(len(runs), sum(r.failed for r in runs))
-        if stop_on_failure and runs[-1].failed:
-            break
-    bar.close()
+    ex = executor_for(workers, address)
+    one = partial(_schedule, tuple(patches), workload=workload, strategy=strategy,
+                  stop_at_flag=stop_on_failure)
+    runs = ex.map(one, seeds, chunk=_chunk(len(seeds), ex.workers), failed=_failed,
+                  stop=stop_on_failure, label=f"sim {strategy}" if progress else None,
+                  unit="schedules")
     return Exploration(tuple(runs))
+
+
+def _schedule(patches: tuple[str, ...], seed: int, **kw) -> SimRun:
+    return run(patches, seed, **kw)
+
+
+def _failed(r: SimRun) -> bool:
+    return r.failed
+
+
+def _chunk(seeds: int, workers: int) -> int:
+    """Schedules per task: a few tasks per worker balance the load; no more than 8 so a
+    search that stops early wastes little."""
+    return max(1, min(8, seeds // (4 * workers)))
 
 
 def replay(original: SimRun) -> SimRun:

@@ -1,0 +1,55 @@
+"""Where work runs: the same search gives the same answer in process and on a two-node Ray
+cluster, whatever finished first; the first failure is the lowest failing seed."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from ray import cloudpickle
+
+from workbench import sim
+from workbench.scale import Executor, Placement, executor_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray workers cannot import tests
+
+
+def jittered_square(x: int) -> int:
+    time.sleep((x * 7919 % 13) / 200)  # later items often finish first
+    return x * x
+
+
+def is_bad(y: int) -> bool:
+    return y % 7 == 2  # 9, 16, ...: the first is x=3
+
+
+def test_map_keeps_item_order_and_cuts_at_the_lowest_failure(ray_cluster):
+    items = list(range(40))
+    here = Executor(Placement(workers=1))
+    there = executor_for(address=ray_cluster)
+    assert there.workers == 2
+    assert here.map(jittered_square, items) == there.map(jittered_square, items, chunk=3)
+    cut_here = here.map(jittered_square, items, failed=is_bad, stop=True)
+    cut_there = there.map(jittered_square, items, failed=is_bad, stop=True)
+    assert cut_here == cut_there == [0, 1, 4, 9]
+
+
+def test_an_exploration_is_identical_on_one_worker_and_on_two_nodes(ray_cluster):
+    race, kw = ("bf16_index_k", "hicache_index_k_no_wait"), dict(progress=False)
+    ex = executor_for(address=ray_cluster)
+    ex.nodes.clear()
+    small = sim.Workload(sessions=2, max_tokens=16)  # too short for the race to show
+    here = sim.explore(race, range(8), small, workers=1, stop_on_failure=False, **kw)
+    there = sim.explore(race, range(8), small, address=ray_cluster, stop_on_failure=False, **kw)
+    assert len(ex.nodes) == 2, "both nodes ran schedules"
+    assert [(r.seed, r.fingerprint, r.tokens, r.failed, r.anomalies) for r in here.runs] == \
+        [(r.seed, r.fingerprint, r.tokens, r.failed, r.anomalies) for r in there.runs]
+    assert len(there.runs) == 8 and not there.failures
+    w = sim.Workload(sessions=2)  # every schedule fails: later seeds finish, seed 0 is reported
+    first_here = sim.explore(race, range(6), w, workers=1, **kw).first_failure
+    found = sim.explore(race, range(6), w, address=ray_cluster, **kw)
+    assert [r.seed for r in found.runs] == [first_here.seed] == [0]
+    assert found.first_failure.fingerprint == first_here.fingerprint
+    assert sim.replay(found.first_failure).tokens == first_here.tokens
