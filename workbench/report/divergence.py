@@ -85,9 +85,10 @@ class CellValues:
 @dataclass(frozen=True)
 class DivergenceMap:
     """Every compared (stage, buffer) of one room. Invariants: ``first`` is the causally earliest
-    bad cell over all panels (None: nothing differs); ``page_boundaries`` are the multiples of
-    ``page_size`` inside the room's positions; the tensors behind the grids stay in ``_sides``
-    so ``values`` can answer for any cell."""
+    bad cell of the buffers ``localize`` compares (None: none differs; a scale panel is drawn
+    but, as in ``localize``, not ordered: its index-K differs where it matters);
+    ``page_boundaries`` are the multiples of ``page_size`` inside the room's positions; the
+    tensors behind the grids stay in ``_sides`` so ``values`` can answer for any cell."""
 
     room: int
     prompt_len: int
@@ -107,7 +108,8 @@ class DivergenceMap:
 
     @property
     def first(self) -> Cell | None:
-        return min((c for p in self.panels for c in p.cells()[:1]), default=None)
+        return min((c for p in self.panels if p.buffer in COMPARED for c in p.cells()[:1]),
+                   default=None)
 
     def panel(self, stage: Stage, buffer: str) -> Panel:
         for p in self.panels:
