@@ -48,8 +48,8 @@ class Panel:
     stage: Stage
     buffer: str
     start: int
-    grid: np.ndarray = field(repr=False)
-    bad: np.ndarray = field(repr=False)
+    grid: np.ndarray = field(repr=False, compare=False)
+    bad: np.ndarray = field(repr=False, compare=False)
 
     @property
     def positions(self) -> range:

@@ -119,7 +119,7 @@ class BisectionTimeline:
     ``len(posteriors) == len(trials) + 1``."""
 
     candidates: tuple[str, ...]
-    posteriors: np.ndarray = field(repr=False)
+    posteriors: np.ndarray = field(repr=False, compare=False)
     trials: tuple[tuple[str, bool], ...]
     target: float | None = None
 
