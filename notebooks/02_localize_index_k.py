@@ -80,8 +80,7 @@ loc.frame()
 # %%
 room = loc.room
 dmap = divergence_map(rep, room, ref)
-print(f"room {room}: {loc.prompt_len} prompt tokens, {loc.num_cached} of them reused from the "
-      f"cache; {dmap.describe()}")
+print(dmap.describe())
 divergence_view(dmap)
 
 # %%
