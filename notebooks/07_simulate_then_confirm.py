@@ -65,11 +65,14 @@ schedule_view(schedule_timeline(found))
 # %% [markdown]
 # Shrinking the schedule keeps the shortest guided prefix that still fails and drops every
 # preemption the failure does not need: the switches left are the ones it needs (past the
-# guide, shaded, no thread is preempted).
+# guide, shaded, no thread is preempted). None left means the scheduler's default order fails
+# too: the race needs no forced context switch.
 
 # %%
 shrunk = sim.shrink_schedule(found, max_schedules=shrink_schedules)
 print(shrunk.describe())
+print(f"context switches the failure needs: {len(shrunk.smallest.preemptions)} of the "
+      f"{len(found.preemptions)} in the failing schedule")
 plot_schedule_timeline(schedule_timeline(shrunk.smallest))
 
 # %% [markdown]

@@ -13,6 +13,7 @@ from workbench.report.divergence import Cell, divergence_map, plot_divergence_ma
 from workbench.report.fallback import WIDGET_VIEW, static_first
 from workbench.report.timeline import (
     BisectionLive,
+    _label,
     bisection_timeline,
     plot_bisection_timeline,
     plot_schedule_timeline,
@@ -149,6 +150,8 @@ def test_a_live_bisection_sees_every_trial_the_result_records():
         res.confidence))
     assert np.allclose(t.posteriors[1:].max(1), res.history["max_posterior"].to_numpy())
     assert len(plot_bisection_timeline(t).axes) == 3
+    assert [_label(c) for c in ("+bf16_index_k+hicache_index_k_no_wait", "c3", "f" * 40)] == [
+        "+hicache_index_k_no_wait", "c3", "f" * 12]  # a series' candidate: the patch it adds
     with pytest.raises(ValueError, match="not one of the candidates"):
         live.add(_update("c9"))
 

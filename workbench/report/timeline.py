@@ -166,12 +166,21 @@ class BisectionLive:
                                  self.target)
 
 
+def _label(candidate: str, width: int = 28) -> str:
+    """A candidate as an axis shows it: a patch series' candidate by the patch it adds, a
+    commit cut to 12 characters, anything else cut to ``width`` from its end."""
+    if candidate.startswith("+"):
+        return "+" + candidate.rsplit("+", 1)[1]
+    text = short(candidate)
+    return text if len(text) <= width else "..." + text[3 - width:]
+
+
 def plot_bisection_timeline(t: BisectionTimeline):
     """Static rendering: the posterior over candidates after the latest trial (left; the prior
     dotted, the target dashed) beside the trial timeline (right: which candidate each trial
     probed, failed in red, passed in green, with the leader's posterior). Returns the Figure."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), width_ratios=(1, 1.4))
-    labels = [short(c) for c in t.candidates]
+    labels = [_label(c) for c in t.candidates]
     x = np.arange(len(labels))
     left.bar(x, t.posteriors[-1], color="tab:blue")
     left.plot(x, t.posteriors[0], ":", color="gray", label="prior")
@@ -180,8 +189,8 @@ def plot_bisection_timeline(t: BisectionTimeline):
     left.set_xticks(x, labels, rotation=25, ha="right", fontsize=7)
     left.set_ylim(0, 1.02)
     left.set_ylabel("P(first bad candidate)")
-    left.set_title(f"after {len(t.trials)} trials: {short(t.leader[0])} at {t.leader[1]:.3f}",
-                   fontsize=9)
+    left.set_title(f"after {len(t.trials)} trials: {_label(t.leader[0])} leads at "
+                   f"{t.leader[1]:.3f}", fontsize=9)
     left.legend(fontsize=7)
     steps = np.arange(1, len(t.trials) + 1)
     ys = [t.candidates.index(c) for c, _ in t.trials]
