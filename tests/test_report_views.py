@@ -78,7 +78,8 @@ def test_the_divergence_map_draws_what_localize_finds(refb):
     assert len(fig.axes) == 3 * 5 + 1  # stages x buffers, and the colour bar
 
 
-def test_the_live_divergence_view_shows_the_picked_cell_and_exports_its_figure(refb):
+def test_the_live_divergence_view_shows_the_clicked_cell_and_exports_its_figure(refb):
+    from workbench.report.heatgrid import BAD
     from workbench.report.live import divergence_view
 
     room = _Room(refb, prompt=24, total=30, cached=0)
@@ -86,15 +87,23 @@ def test_the_live_divergence_view_shows_the_picked_cell_and_exports_its_figure(r
     view = divergence_view(divergence_map(room, 5, refb))
     assert view.cell == Cell(Stage.PREFILL, 3, 7, "index_k_f32") and "position 7" in \
         view.values.value
-    view.position.value = 9  # typed into the boxes: that cell, equal on both sides
-    assert view.cell.position == 9 and "max |diff| 0" in view.values.value
+    colours = view.grid.colours  # what the grid paints: the bad cell, and only it, in BAD
+    assert len(colours) == 4 and len(colours[0]) == 24 and colours[3][7] == BAD
+    assert sum(c == BAD for row in colours for c in row) == 1
+    view.grid.selected = [3, 9]  # what a click on that cell sends back
+    assert view.cell == Cell(Stage.PREFILL, 3, 9, "index_k_f32")
+    assert "max |diff| 0" in view.values.value and view.position.value == 9
+    view.grid.selected = [7, 9]  # a click outside the panel changes nothing
+    assert view.cell.layer == 3
+    view.position.value = 7  # typed into the boxes
+    assert view.grid.selected == [3, 7] and "max |diff| 1" in view.values.value
     transfer = [i for i, p in enumerate(view.map.panels) if p.stage is Stage.TRANSFER
                 and p.buffer == "index_k_f32"][0]
     view.panel.value = transfer  # the decode holds the right index-K: it differs from the prefill
     assert view.cell == Cell(Stage.TRANSFER, 3, 7, "index_k_f32") and len(view.cells.options) == 1
     decode = [i for i, p in enumerate(view.map.panels) if p.stage is Stage.DECODE][0]
     view.panel.value = decode
-    assert view.cell.position == 24 and view.position.min == 24
+    assert view.cell.position == 24 == view.grid.start and view.position.min == 24
     bundle = view._repr_mimebundle_()
     assert {WIDGET_VIEW, "image/png", "text/plain"} <= set(bundle)
     assert static_first([WIDGET_VIEW, "text/html", "image/png", "text/plain"]) == [

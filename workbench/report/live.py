@@ -1,9 +1,9 @@
 """Live views of divergence maps, schedules and running bisections, for notebook cells.
 
 Each view is displayed with its static figure in the same output (``fallback.LiveView``), so an
-exported report shows the picture without a kernel. Picking a cell of a divergence map is done
-through the list of its bad cells or the layer/position boxes (ipywidgets has no click event on
-an image); the cell is circled and both sides' values are shown beside the map.
+exported report shows the picture without a kernel. A divergence map's panel is a clickable grid
+(``heatgrid.CellGrid``); a cell is picked by clicking it, from the list of bad cells or by layer
+and position, and both sides' values are shown beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from workbench.report.divergence import (
     plot_divergence_map,
 )
 from workbench.report.fallback import LiveView, png_of
+from workbench.report.heatgrid import CellGrid, panel_colours
 from workbench.report.timeline import (
     BisectionLive,
     ScheduleTimeline,
@@ -38,8 +39,8 @@ def _png_bytes(fig) -> bytes:
 
 
 class DivergenceView(LiveView):
-    """A divergence map with a cell picker. Invariant: ``values.value`` always describes
-    ``self.cell``, and the drawn map circles it."""
+    """A divergence map's panels, one at a time, as a clickable grid. Invariant: ``values.value``
+    describes ``self.cell``, and the grid's ``selected`` is that cell."""
 
     def __init__(self, m: DivergenceMap) -> None:
         self.map = m
@@ -48,7 +49,10 @@ class DivergenceView(LiveView):
         self.cells = w.Select(description="bad cells", rows=8)
         self.layer = w.BoundedIntText(description="layer", min=0)
         self.position = w.BoundedIntText(description="position", min=0)
-        self.image, self.values = w.Image(format="png"), w.HTML()
+        self.grid, self.values = CellGrid(cached=m.num_cached, pages=list(m.page_boundaries)), \
+            w.HTML()
+        self._peak = max(float(p.grid.max()) for p in m.panels)
+        self.caption = w.HTML()
         start = m.first or Cell(m.panels[0].stage, 0, m.panels[0].start, m.panels[0].buffer)
         self.cell = start
         self._busy = False
@@ -56,9 +60,11 @@ class DivergenceView(LiveView):
         self.panel.observe(lambda _: self._panel_changed(), "value")
         self.cells.observe(lambda ch: ch["new"] and self.select(ch["new"]), "value")
         for box in (self.layer, self.position):
-            box.observe(lambda _: self._typed(), "value")
-        controls = w.VBox([self.panel, self.cells, self.layer, self.position, self.values])
-        super().__init__(w.HBox([self.image, controls]), lambda: plot_divergence_map(m),
+            box.observe(lambda _: self._picked(self.layer.value, self.position.value), "value")
+        self.grid.observe(lambda ch: self._picked(*ch["new"]), "selected")
+        picker = w.HBox([w.VBox([self.panel, self.layer, self.position]), self.cells])
+        super().__init__(w.VBox([w.HTML(f"<b>{m.describe()}</b>"), picker, self.caption,
+                                 self.grid, self.values]), lambda: plot_divergence_map(m),
                          m.describe())
 
     def select(self, cell: Cell) -> None:
@@ -68,16 +74,21 @@ class DivergenceView(LiveView):
         self._busy = True
         try:
             p = self.map.panel(cell.stage, cell.buffer)
-            self.panel.value = self.map.panels.index(p)
-            self._fill(p)
+            values = self.map.values(cell)  # raises before anything changes for a bad cell
+            if (p.stage, p.buffer) != (self.cell.stage, self.cell.buffer) or not \
+                    self.grid.colours:
+                self.panel.value = self.map.panels.index(p)
+                self._fill(p)
+                self.grid.colours, self.grid.start = panel_colours(p, self._peak), p.start
+                self.caption.value = _caption(p)
             self.layer.max = p.grid.shape[0] - 1
             self.position.min = 0  # widen first: min may never pass max on the way
             self.position.max = p.positions.stop - 1
             self.position.min = p.start
             self.layer.value, self.position.value = cell.layer, cell.position
+            self.grid.selected = [cell.layer, cell.position]
             self.cell = cell
-            self.values.value = f"<pre>{self.map.values(cell).describe()}</pre>"
-            self.image.value = _png_bytes(plot_divergence_map(self.map, (cell.buffer,), cell))
+            self.values.value = f"<pre>{values.describe()}</pre>"
         finally:
             self._busy = False
 
@@ -92,9 +103,17 @@ class DivergenceView(LiveView):
         cells = p.cells()
         self.select(cells[0] if cells else Cell(p.stage, 0, p.start, p.buffer))
 
-    def _typed(self) -> None:
+    def _picked(self, layer: int, position: int) -> None:
+        """A cell of the shown panel was clicked or typed (outside the panel: ignored)."""
         p = self.map.panels[self.panel.value]
-        self.select(Cell(p.stage, self.layer.value, self.position.value, p.buffer))
+        if 0 <= layer < p.grid.shape[0] and position in p.positions:
+            self.select(Cell(p.stage, layer, position, p.buffer))
+
+
+def _caption(p: Panel) -> str:
+    return (f"<small>{p.stage.name.lower()} {p.buffer}: rows are layers 0..{p.grid.shape[0] - 1}"
+            f", columns positions {p.start}..{p.positions.stop - 1}; green: beyond rtol; dashed:"
+            " the cached prefix's end; ticks: page boundaries. Click a cell.</small>")
 
 
 def divergence_view(m: DivergenceMap) -> DivergenceView:
