@@ -43,9 +43,11 @@ def static_exporter(exporter_class):
     static figure (``workbench.report.fallback``), even with the widget state saved."""
     from traitlets.config import Config
 
-    priority = exporter_class().config.NbConvertBase.display_data_priority
-    return exporter_class(config=Config(
-        {"NbConvertBase": {"display_data_priority": static_first(list(priority))}}))
+    exporter = exporter_class()
+    priority = list(exporter.config.NbConvertBase.display_data_priority)
+    exporter.update_config(Config({"NbConvertBase": {
+        "display_data_priority": static_first(priority)}}))
+    return exporter
 
 
 def run_report(notebook: str | Path, params: dict | None = None,
