@@ -143,14 +143,16 @@ def bisection_timeline(result: BisectResult) -> BisectionTimeline:
 
 
 class BisectionLive:
-    """Collects a running bisection: pass ``on_trial=live.add`` to ``bisect``; ``timeline()``
-    is what has happened so far; ``on_update`` (if any) is called after every trial."""
+    """Collects a running bisection: pass ``on_trial=live.add`` to ``bisect`` (with the same
+    ``allow_no_culprit``); ``timeline()`` is what has happened so far, equal to
+    ``bisection_timeline`` of the result once it ends; ``on_update`` (if any) is called after
+    every trial."""
 
     def __init__(self, candidates: Sequence[str], target: float | None = None,
-                 on_update=None) -> None:
+                 on_update=None, allow_no_culprit: bool = False) -> None:
         n = len(candidates)
         self.candidates, self.target, self.on_update = tuple(candidates), target, on_update
-        self._posts: list[np.ndarray] = [np.full(n, 1.0 / n)]
+        self._posts: list[np.ndarray] = [np.full(n, 1.0 / (n + allow_no_culprit))]  # the prior
         self._trials: list[tuple[str, bool]] = []
 
     def add(self, update: TrialUpdate) -> None:
