@@ -47,6 +47,8 @@ from workbench import (
     reproduce,
 )
 from workbench.observe import localize
+from workbench.report.divergence import divergence_map
+from workbench.report.live import divergence_view
 
 pl.Config.set_tbl_rows(40)
 pl.Config.set_fmt_str_lengths(120)
@@ -68,20 +70,25 @@ loc = locs[0]
 loc.frame()
 
 # %% [markdown]
-# ## The first divergence, seen as a heatmap
-# Per-position error of the first divergent buffer (and of K) on the side where it arises,
-# against the reference.
+# ## The first divergence, seen as a map
+# Every compared buffer of the first localized room, per stage (prefill against the reference,
+# the decode's copy against the prefill, decode against the reference), as a layer x position
+# map of max |diff|: the prefix reused from the cache shaded (dashed edge), page boundaries as
+# ticks, the first divergence circled. Live, pick a cell (from the list of bad cells, or by layer
+# and position) to see both sides' values; an exported report shows the map.
 
 # %%
 room = loc.room
-prefill = load_dump(rep.capture_of(room, "prefill"))
-decode = load_dump(rep.capture_of(room, "decode"))
-print(f"room {room}: {loc.prompt_len} prompt tokens, {loc.num_cached} of them reused from the "
-      f"cache")
-side = prefill if loc.first is None or loc.first.stage.name == "PREFILL" else decode
+dmap = divergence_map(rep, room, ref)
+print(dmap.describe())
+divergence_view(dmap)
+
+# %%
+if dmap.first is not None:
+    print(dmap.values(dmap.first).describe())
+side = load_dump(rep.capture_of(room, "decode" if loc.first and loc.first.stage.name in (
+    "TRANSFER", "DECODE") else "prefill"))
 d = diff_against_reference(side, ref)
-buffer = loc.first.buffer if loc.first and loc.first.buffer in set(d.summary["buffer"]) else "k"
-plots.plot_diff_heatmap(d, buffer)
 
 # %%
 plots.plot_layer_errors(d)

@@ -23,7 +23,8 @@
 # change-point search (Beta-Bernoulli failure rate on the bad side, next probe minimising the
 # expected posterior entropy), stopping at the chosen confidence. Every trial is appended to a
 # SQLite store: re-running this notebook replays it, and a killed run resumes without
-# repeating or losing trials.
+# repeating or losing trials. While it runs, the posterior over candidates and the trial
+# timeline beside it redraw after every trial; when it ends, the final picture stays.
 
 # %% tags=["parameters"]
 series = ["bf16_index_k", "hicache_index_k_no_wait", "late_write_after_abort",
@@ -42,11 +43,15 @@ import polars as pl
 
 from workbench import PatchSeries, bisect_patch_series, record_finding
 from workbench.report import plots
+from workbench.report.live import live_bisection
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
 print("candidates:", PatchSeries(tuple(series)).labels())
+live = live_bisection(PatchSeries(tuple(series)).labels(), confidence)
 res = bisect_patch_series(series, store=store, sessions=sessions, confidence=confidence,
-                          seed=seed, max_trials=max_trials, log_dir="runs/03-logs")
+                          seed=seed, max_trials=max_trials, log_dir="runs/03-logs",
+                          on_trial=live.add)
+live.finish(res)
 print(res.headline())  # names a culprit only when the bisection converged
 print(f"estimated failure rate {res.estimated_fail_rate_bad:.0%} per trial")
 
@@ -55,9 +60,6 @@ pl.DataFrame({"candidate": list(res.posterior), "posterior": list(res.posterior.
 
 # %%
 plots.plot_posterior(res)
-
-# %%
-plots.plot_trial_timeline(res.history)
 
 # %%
 res.history

@@ -29,6 +29,7 @@ seeds = 20
 fixed_seeds = 10
 sessions = 6
 replays = 3
+shrink_schedules = 10  # schedules shrink_schedule may try on the failing one
 strategy = "random"
 confirm_shape = "hicache_race"
 max_bursts = 6
@@ -43,7 +44,8 @@ import polars as pl
 
 from workbench import record_finding, sim
 from workbench.investigate import reproduce
-from workbench.report import plots
+from workbench.report.live import schedule_view
+from workbench.report.timeline import plot_schedule_timeline, schedule_timeline
 
 workload = sim.Workload(sessions=sessions)
 explored = sim.explore(patches, seeds=range(seeds), workload=workload, strategy=strategy,
@@ -53,8 +55,25 @@ pl.DataFrame([{"seed": r.seed, "flagged": r.flagged, "requests": r.result.summar
                "decisions": len(r.trace), "wall_s": r.wall_s, "fingerprint": r.fingerprint}
               for r in explored.runs])
 
+# %% [markdown]
+# The failing schedule as lanes per thread over its decisions; red marks its context switches
+# (a thread that could have gone on was preempted). Live, slide the window or jump to a switch.
+
 # %%
-plots.plot_trace(found)
+schedule_view(schedule_timeline(found))
+
+# %% [markdown]
+# Shrinking the schedule keeps the shortest guided prefix that still fails and drops every
+# preemption the failure does not need: the switches left are the ones it needs (past the
+# guide, shaded, no thread is preempted). None left means the scheduler's default order fails
+# too: the race needs no forced context switch.
+
+# %%
+shrunk = sim.shrink_schedule(found, max_schedules=shrink_schedules)
+print(shrunk.describe())
+print(f"context switches the failure needs: {len(shrunk.smallest.preemptions)} of the "
+      f"{len(found.preemptions)} in the failing schedule")
+plot_schedule_timeline(schedule_timeline(shrunk.smallest))
 
 # %% [markdown]
 # ## Finding 1: the failing schedule replays exactly

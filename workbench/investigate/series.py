@@ -111,7 +111,8 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
                         max_trials: int = 60, log_dir: str | Path | None = None,
                         experiment: str = "patch-series",
                         prior_fail_rate: tuple[float, float] = BURST_PRIOR,
-                        sim: Workload | None = None, ends_budget: int = 0) -> BisectResult:
+                        sim: Workload | None = None, ends_budget: int = 0,
+                        on_trial=None) -> BisectResult:
     """Bayesian bisection of the cumulative patch series; resumable through ``store``.
 
     A trial is a burst of many requests, so a bad candidate fails a sizeable fraction of
@@ -121,6 +122,7 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
     burst on a PD pair: deterministic, so the whole bisection replays from ``seed``.
     ``ends_budget > 0`` first tries the full series (it must fail once in that many trials) and
     the base, as ``bisect`` does; a result that names no culprit carries ``advice``.
+    ``on_trial`` is passed to ``bisect`` (a live view, ``workbench.report.timeline``).
     """
     ps = PatchSeries(tuple(series))
     pool = PairPool(log_dir=Path(log_dir) if log_dir else None, series=ps)
@@ -136,7 +138,8 @@ def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
     try:
         res = bisect(ps.labels(), trial, confidence=confidence, max_trials=max_trials,
                      seed=seed, store=db, experiment=experiment,
-                     prior_fail_rate=prior_fail_rate, ends_budget=ends_budget)
+                     prior_fail_rate=prior_fail_rate, ends_budget=ends_budget,
+                     on_trial=on_trial)
     finally:
         pool.close()
         if db is not None:

@@ -33,7 +33,8 @@ def capture_name(room: int, role: str) -> str:
     return f"room-{room}-{role}.safetensors"
 
 
-WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",), "index_k_read": ("index_k_read_f32",)}
+WHAT = {"kv": ("k", "v"), "index_k": ("index_k_f32",), "index_k_read": ("index_k_read_f32",),
+        "scale": ("index_k_scale",)}  # scales: compared across the transfer only (no reference)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ import logging
 import time
 from pathlib import Path
 
+from workbench.report.fallback import static_first
+
 log = logging.getLogger(__name__)
 
 def notebooks_dir() -> Path:
@@ -36,6 +38,18 @@ def require_report_extra(what: str = "an executable report") -> None:
                                 f"{NOTEBOOKS} (run from a clone, or without the report)")
 
 
+def static_exporter(exporter_class):
+    """An nbconvert exporter that ranks images above widget views: a live view exports as its
+    static figure (``workbench.report.fallback``), even with the widget state saved."""
+    from traitlets.config import Config
+
+    exporter = exporter_class()
+    priority = list(exporter.config.NbConvertBase.display_data_priority)
+    exporter.update_config(Config({"NbConvertBase": {
+        "display_data_priority": static_first(priority)}}))
+    return exporter
+
+
 def run_report(notebook: str | Path, params: dict | None = None,
                out_dir: str | Path = "reports", kernel: str = "python3",
                timeout_s: int = 1800) -> Path:
@@ -63,7 +77,8 @@ def run_report(notebook: str | Path, params: dict | None = None,
     papermill.execute_notebook(str(src), str(executed), parameters=params or {},
                                kernel_name=kernel, execution_timeout=timeout_s, progress_bar=False,
                                cwd=str(Path.cwd()))
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    body, _ = static_exporter(HTMLExporter).from_notebook_node(
+        nbformat.read(executed, as_version=4))
     html = executed.with_suffix(".html")
     html.write_text(body)
     log.info("executed %s in %.0fs -> %s", notebook, time.monotonic() - t0, html)

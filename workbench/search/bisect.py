@@ -19,14 +19,14 @@ binary search that calls a candidate good after ``repeats`` clean trials.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
 from workbench.search.posterior import Posterior, choose_batch, entropy_bits
 from workbench.search.rate_prior import DEFAULT_RATE_PRIOR, RatePrior
-from workbench.search.result import BisectOutcome, BisectResult, default_repeats
+from workbench.search.result import BisectOutcome, BisectResult, TrialUpdate, default_repeats
 from workbench.search.trials import CachedTrial, TrialFn, TrialStore
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,18 @@ _HISTORY_SCHEMA = {"step": pl.Int64, "candidate": pl.Utf8, "failed": pl.Boolean,
 class _History:
     """Per-trial log, kept column-wise (cheap appends, fast frame construction)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_trial: Callable[[TrialUpdate], None] | None = None) -> None:
         self.cols: dict[str, list] = {c: [] for c in _HISTORY_SCHEMA}
         self.posts: list[np.ndarray] = []
+        self.on_trial = on_trial
 
     def add(self, candidate: str, failed: bool, post: np.ndarray) -> None:
         row = (len(self.cols["step"]) + 1, candidate, failed, float(post.max()), entropy_bits(post))
         for column, value in zip(self.cols.values(), row, strict=True):
             column.append(value)
         self.posts.append(post.copy())
+        if self.on_trial is not None:  # a live view: it sees every trial as it is observed
+            self.on_trial(TrialUpdate(row[0], candidate, failed, tuple(post.tolist())))
 
     def frame(self) -> pl.DataFrame:
         return pl.DataFrame(self.cols, schema=_HISTORY_SCHEMA)
@@ -110,6 +113,7 @@ def bisect(
     workers: int = 1,
     ends_budget: int = 0,
     good_end_trials: int = 2,
+    on_trial: Callable[[TrialUpdate], None] | None = None,
 ) -> BisectResult:
     """Bayesian bisection: find the first bad candidate when failures are intermittent.
 
@@ -130,6 +134,7 @@ def bisect(
     with no failure in ``ends_budget`` trials ends the search as ``BAD_END_PASSES``; a good end
     that fails in ``good_end_trials`` trials (only when good candidates never fail) ends it as
     ``GOOD_END_FAILS``.  Neither claims a culprit.  The ends' trials run one at a time.
+    ``on_trial`` is called after every trial (replayed ones too) with a :class:`TrialUpdate`.
     """
     _check(candidates)
     if workers < 1:
@@ -137,7 +142,7 @@ def bisect(
     runner = _runner(trial, store, experiment, seed, "bayes")
     model = Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
     rng = np.random.default_rng(seed)
-    history = _History()
+    history = _History(on_trial)
     post = model.probabilities()
     ends = None
     if ends_budget > 0:

@@ -20,6 +20,18 @@ class BisectOutcome(enum.Enum):
     GOOD_END_FAILS = "the good end fails too"
 
 
+@dataclass(frozen=True)
+class TrialUpdate:
+    """What ``bisect(on_trial=...)`` reports after each trial: the ``step``-th trial ran at
+    ``candidate`` and ``failed`` or not; ``posterior`` is P(first bad) per candidate after it, in
+    candidate order (plus "no culprit" last when the search allows it)."""
+
+    step: int
+    candidate: str
+    failed: bool
+    posterior: tuple[float, ...]
+
+
 def default_repeats(fail_rate: float = 0.05, alpha: float = 0.05) -> int:
     """Clean trials needed to call a candidate good: ``ceil(log(alpha) / log(1 - p))``.
 
