@@ -19,6 +19,7 @@ import httpx
 
 log = logging.getLogger(__name__)
 KILL_WAIT_S = 60.0  # how long stop() waits for a SIGKILLed process group to exit
+PR_SET_PDEATHSIG = 1  # prctl(2)
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -69,6 +70,7 @@ class ServerProcess:
     cwd: Path | None = None  # run from this folder (a source tree), else the caller's
     stack_signal: bool = False  # it dumps its Python stacks on SIGUSR2 (ours, vLLM's site hook)
     core_dumps: bool = False  # lift RLIMIT_CORE to its hard limit (cores land per core_pattern)
+    die_with_parent: bool = field(default_factory=lambda: _BOUND)  # see die_with_this_process
     proc: subprocess.Popen | None = None
 
     @property
@@ -90,7 +92,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, cwd=self.cwd,
-                                         preexec_fn=_allow_cores if self.core_dumps else None)
+                                         preexec_fn=_preexec(self.core_dumps,
+                                                             self.die_with_parent))
         _LIVE.add(self)
         log.info("started %s pid %d on %s", self.name, self.proc.pid, self.url)
         return self
@@ -131,6 +134,35 @@ class ServerProcess:
                           self.proc.pid, max(timeout, KILL_WAIT_S))
                 return
         log.info("stopped %s", self.name)
+
+
+_BOUND = False
+
+
+def die_with_this_process() -> None:
+    """Every server this process starts from now on is SIGKILLed by the kernel when this
+    process dies, however it dies (``PR_SET_PDEATHSIG``): for hosts that can be killed without
+    running ``atexit``, such as a Ray actor whose driver died. The signal follows the thread
+    that started the server, so call it only where that thread lives as long as the process
+    (a Ray actor's), never in a process that starts servers from short-lived threads."""
+    global _BOUND
+    _BOUND = True
+
+
+def _preexec(cores: bool, die_with_parent: bool):
+    if not (cores or die_with_parent):
+        return None
+    parent = os.getpid()
+
+    def child() -> None:
+        if cores:
+            _allow_cores()
+        if die_with_parent:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+    return child
 
 
 def _allow_cores() -> None:
