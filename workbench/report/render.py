@@ -41,7 +41,8 @@ def run_report(notebook: str | Path, params: dict | None = None,
                timeout_s: int = 1800) -> Path:
     """Executes ``notebook`` (a .ipynb, or a jupytext .py paired with one) and writes HTML.
 
-    Returns the HTML path; ``ReportUnavailable`` without the report extra. A cell that raises (e.g.
+    Returns the HTML path (written by ``workbench.report.static.export_html``);
+    ``ReportUnavailable`` without the report extra. A cell that raises (e.g.
     a finding whose assertion no longer holds) fails the run with papermill's
     ``PapermillExecutionError``; the executed notebook is kept.
     """
@@ -49,7 +50,8 @@ def run_report(notebook: str | Path, params: dict | None = None,
     import jupytext
     import nbformat
     import papermill
-    from nbconvert import HTMLExporter
+
+    from workbench.report.static import export_html
 
     src = Path(notebook)
     out = Path(out_dir)
@@ -63,8 +65,6 @@ def run_report(notebook: str | Path, params: dict | None = None,
     papermill.execute_notebook(str(src), str(executed), parameters=params or {},
                                kernel_name=kernel, execution_timeout=timeout_s, progress_bar=False,
                                cwd=str(Path.cwd()))
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
-    html = executed.with_suffix(".html")
-    html.write_text(body)
+    html = export_html(executed)  # static views, the embedded DSML font
     log.info("executed %s in %.0fs -> %s", notebook, time.monotonic() - t0, html)
     return html
