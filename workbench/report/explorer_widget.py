@@ -6,6 +6,7 @@ import html
 import logging
 
 from workbench.report.explorer import VERDICTS, ExplorerFilter, options
+from workbench.report.explorer_html import CSS, detail_html
 from workbench.report.fonts import font_face_css
 
 log = logging.getLogger(__name__)
@@ -24,8 +25,6 @@ def _value(dd, cast=str):
 def build(ex):
     """A VBox driving ``ex`` (an ``Explorer``): choosing a request shows its detail."""
     import ipywidgets as w
-
-    from workbench.report.explorer_view import CSS, detail_html
 
     rows = ex.rows
     verdict = _dropdown(w, "verdict", ["flagged", *[v for v in VERDICTS if v in
