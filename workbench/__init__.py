@@ -31,7 +31,7 @@ LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "d
 __all__ = [
     "Monitor", "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",
     "bisect_patch_series", "diff_against_reference", "dump_buffers", "explore",
-    "inject_concurrency",
-    "investigate", "launch_pd_pair", "list_workloads", "load_dump", "monitor", "plots", "read_findings",
-    "record_finding", "reproduce", "run_workload", "sim", "LAYERS",
+    "inject_concurrency", "investigate", "launch_pd_pair", "list_workloads", "load_dump",
+    "monitor", "plots", "read_findings", "record_finding", "reproduce", "run_workload", "sim",
+    "LAYERS",
 ]
