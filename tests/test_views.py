@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from engine.text import Tokenizer
-from engine.text.tokenizer import FC_OPEN, PARAM_OPEN
+from engine.text.tokenizer import FC_OPEN
 from workbench.drive.load import RequestRecord
 from workbench.judge.oracle import judge
 from workbench.report import Explorer, ExplorerFilter, embed_fonts, explore, export_html
