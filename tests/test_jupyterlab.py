@@ -94,6 +94,8 @@ class Lab:
 
     def start(self) -> None:
         shutil.copytree(ROOT / "notebooks", self.root / "notebooks")
+        # kernels run in the notebook's folder; the engine's default model_dir is "data/model"
+        (self.root / "notebooks" / "data").symlink_to(ROOT / "data", target_is_directory=True)
         _write_widget_notebook(self.root / WIDGET_NB)
         dirs = {k: self.workdir / k.lower() for k in (
             "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
@@ -343,7 +345,9 @@ NB01 = "notebooks/01_reproduce_corruption.ipynb"
 NB01_S = 900  # the whole notebook on a busy 2-core machine
 MONITOR_TICKS = """(() => {
     const p = document.querySelector('.jp-OutputArea .wb-monitor-panel[data-state="live"]');
-    return p ? Number(p.dataset.ticks) : null; })()"""
+    if (!p) return null;
+    p.scrollIntoView({block: 'center'});  // run-all follows the running cell; show the monitor
+    return Number(p.dataset.ticks); })()"""
 NB_STATE = """(() => { const w = window.__wbPanel, cells = w.content.widgets;
     const code = cells.filter(c => c.model.type === 'code');
     const err = code.map(c => c.model.outputs.toJSON()).flat()
@@ -356,7 +360,7 @@ NB_STATE = """(() => { const w = window.__wbPanel, cells = w.content.widgets;
 PICK_FLAGGED = """(() => {
     const sel = [...document.querySelectorAll('.jp-OutputArea .widget-select select')].pop();
     if (!sel) return null;
-    const opt = [...sel.options].find(o => / (leaked|mismatched) /.test(o.text));
+    const opt = [...sel.options].find(o => /\\b(leaked|mismatched)\\b/.test(o.text));
     if (!opt) return {options: [...sel.options].map(o => o.text)};
     sel.selectedIndex = opt.index; sel.dispatchEvent(new Event('change', {bubbles: true}));
     return {picked: opt.text}; })()"""

@@ -137,6 +137,12 @@ def filter_requests(df: pl.DataFrame, flt: ExplorerFilter) -> pl.DataFrame:
     return df
 
 
+def worst_first(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` ordered by verdict as ``VERDICTS`` ranks them (leaks first), then by request."""
+    rank = pl.col("verdict").replace_strict(VERDICTS, list(range(len(VERDICTS))), default=99)
+    return df.sort(rank, pl.col("request"))
+
+
 def options(df: pl.DataFrame, column: str) -> list:
     """The distinct values of ``column`` in order (a filter's choices)."""
     if column not in df.columns:

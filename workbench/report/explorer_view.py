@@ -21,18 +21,13 @@ from workbench.report.explorer import (
     detail,
     filter_requests,
     requests_table,
+    worst_first,
 )
 from workbench.report.explorer_html import CSS, STATIC_DETAILS, detail_html, table_html
 from workbench.report.replay import Replay, ReplayTarget, replay_alone
 from workbench.report.static import View, wrap
 
 log = logging.getLogger(__name__)
-
-
-def worst_first(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` ordered by verdict as ``VERDICTS`` ranks them (leaks first), then by request."""
-    rank = pl.col("verdict").replace_strict(VERDICTS, list(range(len(VERDICTS))), default=99)
-    return df.sort(rank, pl.col("request"))
 
 
 class Explorer(View):

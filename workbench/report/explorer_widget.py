@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import logging
 
-from workbench.report.explorer import VERDICTS, ExplorerFilter, options
+from workbench.report.explorer import VERDICTS, ExplorerFilter, options, worst_first
 from workbench.report.explorer_html import CSS, detail_html
 from workbench.report.fonts import font_face_css
 
@@ -43,7 +43,7 @@ def build(ex):
     def refilter(_=None) -> None:
         flt = ExplorerFilter(_value(verdict), _value(session, int), _value(shape),
                              _value(finish))
-        df = ex.filter(flt)
+        df = worst_first(ex.filter(flt))  # leaks and mismatches first
         pick.options = [(f"#{r['request']} s{r['session']} t{r['turn']} {r['kind']} "
                          f"{r['verdict']} ({r['finish_reason']})", r["request"])
                         for r in df.iter_rows(named=True)]
