@@ -105,10 +105,12 @@ class Monitor(View):
             return panel(list(self.samples))
 
     def start(self, pair: PDPair) -> Monitor:
-        """Starts sampling ``pair`` (and, in a notebook, shows the live view)."""
+        """Starts sampling ``pair`` afresh (and, in a notebook, shows the live view)."""
         if self._thread is not None:
             raise RuntimeError("this monitor is already running; stop() it first")
         self._stop.clear()
+        with self._lock:  # one monitor draws one run: a restart starts a fresh picture
+            self.samples, self._last, self.flagged, self.errors = [], {}, 0, 0
         self._live = self._show_live()
         t0 = time.monotonic()
 
