@@ -79,6 +79,7 @@ def measure(streams: int = 4, phase_s: float = 3.0, rounds: int = 6, interval_s:
         finally:
             state.stop.set()
             probe.join(timeout=30)
+            mon.stop()  # closes its connections
     split: dict[bool, list[float]] = {False: [], True: []}
     for at, gap in state.gaps:
         for on, start, end in phases:

@@ -16,6 +16,7 @@ from workbench.judge.oracle import judge
 from workbench.report import Explorer, ExplorerFilter, embed_fonts, explore, export_html
 from workbench.report.explorer import Mark, detail, requests_table
 from workbench.report.fonts import FULLWIDTH_BAR, covered, subset_font, vocab_chars
+from workbench.report.monitor import wanted_metrics
 from workbench.report.monitor_data import embedded_sample, metrics_sample, panel, with_rate
 from workbench.report.monitor_view import panel_html
 from workbench.report.replay import body_of, compare
@@ -113,6 +114,15 @@ def test_monitor_panel_from_samples():
     assert p.roles["prefill"].latest.kv_usage == 0.25
     html = panel_html(p, live=True)
     assert 'data-ticks="2"' in html and "3 flagged so far" in html and "prealloc 2" in html
+
+
+def test_monitor_reads_its_series_from_an_exposition():
+    text = ("# HELP pdwb_generated_tokens_total tokens generated\n"
+            "pdwb_generated_tokens_total 12.0\n"
+            'vllm:num_requests_running{engine="0"} 2.0\nvllm:num_requests_running{engine="1"} 1\n'
+            'pdwb_time_to_first_token_seconds_bucket{le="0.1"} 4.0\nbroken_line\n')
+    assert wanted_metrics(text) == {"pdwb_generated_tokens_total": 12.0,
+                                    "vllm:num_requests_running": 3.0}
 
 
 def test_font_covers_every_character_the_model_emits():

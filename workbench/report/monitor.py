@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 
 from workbench.deploy import Capability, PDPair
-from workbench.observe.metrics import scrape
 from workbench.report.monitor_data import (
     GENERATED,
     VLLM_GAUGES,
@@ -37,18 +36,39 @@ log = logging.getLogger(__name__)
 _WANTED = {*GENERATED, *VLLM_GAUGES, VLLM_KV}
 
 
-def read_server(pair: PDPair, role: str, srv, t_s: float, flagged: int) -> RoleSample:
-    """One server's sample: debug routes where the backend has them, else ``/metrics``."""
+def wanted_metrics(text: str) -> dict[str, float]:
+    """The monitor's few series from a Prometheus exposition, summed over labels (a line scan:
+    parsing every histogram would cost the sampling thread more than the reads)."""
     values: dict[str, float] = {}
-    if Capability.METRICS in pair.backend.capabilities:
-        for s in scrape(srv.url):
-            if s.name in _WANTED:
-                values[s.name] = values.get(s.name, 0.0) + s.value
-    if Capability.DEBUG_QUEUES not in pair.backend.capabilities:
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in _WANTED:
+            try:
+                values[name] = values.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return values
+
+
+def read_server(client: httpx.Client, pair: PDPair, role: str, srv, t_s: float,
+                flagged: int) -> RoleSample:
+    """One server's sample over ``client`` (kept alive across ticks): debug routes where the
+    backend has them, ``/metrics`` for tokens (and for everything on a vLLM pair)."""
+    caps = pair.backend.capabilities
+    values = (wanted_metrics(_get(client, srv.url + "/metrics").text)
+              if Capability.METRICS in caps else {})
+    if Capability.DEBUG_QUEUES not in caps:
         return metrics_sample(t_s, role, srv.url, values, flagged)
     tokens = next((values[n] for n in GENERATED if n in values), None)
-    return embedded_sample(t_s, role, srv.url, pair.debug("/debug/queues", srv),
-                           pair.debug("/debug/transfers", srv)["rooms"], tokens, flagged)
+    return embedded_sample(t_s, role, srv.url, _get(client, srv.url + "/debug/queues").json(),
+                           _get(client, srv.url + "/debug/transfers").json()["rooms"], tokens,
+                           flagged)
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response:
+    r = client.get(url)
+    r.raise_for_status()
+    return r
 
 
 class Monitor(View):
@@ -68,6 +88,7 @@ class Monitor(View):
         self._live = None
         self._lock = threading.Lock()
         self._pair: PDPair | None = None
+        self._client: httpx.Client | None = None
         self._t0 = 0.0
 
     def __repr__(self) -> str:
@@ -94,11 +115,18 @@ class Monitor(View):
 
     def _read(self, pair: PDPair, role: str, srv, t_s: float) -> RoleSample | None:
         try:
-            return read_server(pair, role, srv, t_s, self.flagged)
+            return read_server(self._client_for(pair), pair, role, srv, t_s, self.flagged)
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             self.errors += 1
             log.debug("monitor: %s unreadable: %s", srv.url, exc)
             return None
+
+    def _client_for(self, pair: PDPair) -> httpx.Client:
+        if self._client is None:
+            token = getattr(pair.spec, "debug_token", None)
+            self._client = httpx.Client(timeout=10.0, headers={"x-debug-token": token}
+                                        if token else {})
+        return self._client
 
     def panel(self) -> Panel:
         with self._lock:
@@ -133,6 +161,9 @@ class Monitor(View):
             self._thread = None
             # the last tick after the load: the flags recorded at its end, the drained state
             self.tick(self._pair, round(time.monotonic() - self._t0, 2))
+        if self._client is not None:
+            self._client.close()
+            self._client = None
         if self._live is not None:
             from IPython.display import display
 
