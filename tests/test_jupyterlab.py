@@ -366,8 +366,10 @@ PICK_FLAGGED = """(() => {
     return {picked: opt.text}; })()"""
 HIGHLIGHT = """(() => {
     const el = document.querySelector('.jp-OutputArea .widget-html .wb-explorer #wb-first-diff');
-    return el ? {text: el.textContent, cls: el.className,
-                 bg: getComputedStyle(el).backgroundColor} : null; })()"""
+    if (!el) return null;
+    el.scrollIntoView({block: 'center'});
+    return {text: el.textContent, cls: el.className, bg: getComputedStyle(el).backgroundColor};
+    })()"""
 
 
 def _run_notebook_01(browser: Browser, shots: Path) -> list[int]:
