@@ -414,6 +414,7 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
         picked = browser.wait_for(PICK_FLAGGED, RENDER_S, "the explorer's request list")
         assert "picked" in picked, f"no flagged request with a first difference: {picked}"
         hit = browser.wait_for(HIGHLIGHT, RENDER_S, "the highlighted first differing token")
+        time.sleep(1.0)  # let the notebook's scroller settle on the highlight (a picture only)
         print("explorer screenshot", browser.screenshot(tmp_path / "explorer.png"), picked, hit)
         assert "wb-first-diff" in hit["cls"] and hit["text"], hit
         browser.evaluate("window.jupyterapp.commands.execute('docmanager:save').then(() => 1)",
