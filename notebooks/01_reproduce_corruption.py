@@ -26,7 +26,8 @@
 # UCX) with HiCache offloading every finished prefix, so each turn loads its prefix back layer
 # by layer. Every response is judged by the oracle (token-identical to the single-request
 # reference, DSML well-formed, not leaked). The buggy variants run bursts until the first DSML
-# leak; the fixed variants then replay **the same seeds**.
+# leak; the fixed variants then replay **the same seeds**. The pair monitor shows the buggy pair
+# live (queues, rooms, pages, tokens/s, flags) and leaves its figure in the saved notebook.
 
 # %% tags=["parameters"]
 buggy_patches = ["hicache_index_k_no_wait", "bf16_index_k"]
@@ -43,16 +44,17 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import investigate, judge, record_finding
+from workbench import Monitor, explore, investigate, judge, record_finding
 from workbench.investigate import reproduce
 from workbench.report import plots
 
 pl.Config.set_tbl_rows(30)
 pl.Config.set_fmt_str_lengths(90)
+pair_monitor = Monitor()
 buggy = reproduce(buggy_patches, variant="buggy", shape="hicache_race", sessions=sessions,
                   turns=turns, max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
                   stop_after_flags=stop_after_flags, stop_on=stop_on,
-                  capture_dir="runs/01-captures", router=router)
+                  capture_dir="runs/01-captures", router=router, watch=pair_monitor)
 buggy.bursts
 
 # %% [markdown]
@@ -78,6 +80,15 @@ plots.plot_bursts([buggy, fixed])
 
 # %%
 investigate.flagged_requests(buggy)
+
+# %% [markdown]
+# The same requests to look at: filter by verdict, session, shape or finish reason; choose one to
+# see the conversation, the response beside the reference (the first differing token
+# highlighted, DSML markup verbatim) and the per-token logprob drift; "replay alone" sends that
+# exact request to a fresh pair of the same variant, alone, and says whether it still differs.
+
+# %%
+explore(buggy)
 
 # %% [markdown]
 # ## Finding 1: the buggy variants leak DSML into content; the race really fired

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from bench.bisect_sim import BisectSim, Cell
 from bench.decode_throughput import DecodeThroughput
 from bench.dump_overhead import DumpOverhead
+from bench.monitor_overhead import MonitorOverhead
 from bench.nixl_bandwidth import NixlBandwidth, Row
 from bench.repro_time import Burst, ReproTime, Run
 from bench.table import TableRow, fmt_ratio, header, markdown_table
@@ -55,13 +56,15 @@ def test_benchmark_results_build_rows():
     rows = [
         repro.table_row(),
         DecodeThroughput(32, "torch", 10.0, 80.0).table_row(),
+        MonitorOverhead(4, 3.0, 6, 1.0, (20.0, 40.0), (21.0, 44.0), 900, 880, 18,
+                        12.0).table_row(),
         NixlBandwidth((Row(64, "coalesced", 1, 4.0, 8.0), Row(64, "per-page", 1024, 2.0, 8.0)),
                       65536, 1).table_row(),
         BisectSim(20, 0.97, (0.3, 3.0), {0.05: [cell]}).table_row(),
         DumpOverhead(4, 2.0, 10, 0.1, (20.0, 50.0), (22.0, 100.0), 100, 90, 50.0, 45.0, 30, 0,
                      80.0, 300.0).table_row(),
     ]
-    assert [r.ratio for r in rows] == [1 / 3, 8.0, 0.5, 0.5, 2.0]
+    assert [r.ratio for r in rows] == [1 / 3, 8.0, 1.1, 0.5, 0.5, 2.0]
     assert len(markdown_table(rows).splitlines()) == 2 + len(rows)
 
 

@@ -4,8 +4,12 @@ A JupyterLab server (loopback, token, tmp copy of ``notebooks/`` as its root, tm
 settings dirs, news and update checks off) is driven by Debian Chromium over the DevTools protocol
 (``tests/support/cdp.py``). Each notebook must render its panel and cells (the first markdown
 heading appears in the DOM); a tiny widget notebook run through the real kernel must render an
-``IntProgress`` and an ``IntSlider`` and follow a kernel-side value change. Logs and PNG screenshots
-go to the test's tmp dir.
+``IntProgress`` and an ``IntSlider`` and follow a kernel-side value change. Notebook 01 runs top to
+bottom in JupyterLab (this is its only full run in the suite; ``test_notebooks.py`` leaves it
+here): the pair monitor must update at least five times during the load, the explorer must show
+a flagged request's highlighted first differing token, and the saved notebook's exported HTML,
+screenshot in this Chromium (no CJK fonts), must draw U+FF5C as a bar, not a box. Logs and PNG
+screenshots go to the test's tmp dir (their paths are logged).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class Lab:
 
     def start(self) -> None:
         shutil.copytree(ROOT / "notebooks", self.root / "notebooks")
+        # kernels run in the notebook's folder; the engine's default model_dir is "data/model"
+        (self.root / "notebooks" / "data").symlink_to(ROOT / "data", target_is_directory=True)
         _write_widget_notebook(self.root / WIDGET_NB)
         dirs = {k: self.workdir / k.lower() for k in (
             "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR",
@@ -107,6 +113,8 @@ class Lab:
             f.write_text(json.dumps(value))
         env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
         env.update(JUPYTER_PLATFORM_DIRS="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+        # kernels import this checkout's workbench (the notebooks run from a tmp copy)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         cmd = [
             sys.executable, "-m", "jupyterlab",
             "--no-browser",
@@ -331,3 +339,98 @@ def test_ipywidgets_render_through_the_kernel(lab, browser, tmp_path):
         raise AssertionError(
             f"{e}\nconsole: {browser.console_errors()}\n--- jupyterlab log ---\n{lab.log_tail()}"
         ) from e
+
+
+NB01 = "notebooks/01_reproduce_corruption.ipynb"
+NB01_S = 900  # the whole notebook on a busy 2-core machine
+MONITOR_TICKS = """(() => {
+    const p = document.querySelector('.jp-OutputArea .wb-monitor-panel[data-state="live"]');
+    if (!p) return null;
+    p.scrollIntoView({block: 'center'});  // run-all follows the running cell; show the monitor
+    return Number(p.dataset.ticks); })()"""
+NB_STATE = """(() => { const w = window.__wbPanel, cells = w.content.widgets;
+    const code = cells.filter(c => c.model.type === 'code');
+    const err = code.map(c => c.model.outputs.toJSON()).flat()
+        .find(o => o.output_type === 'error');
+    if (err) return {error: err.ename + ': ' + err.evalue};
+    const k = w.sessionContext.session?.kernel;
+    const done = code.every(c => c.model.executionCount !== null);
+    return {done: done && k && k.status === 'idle', ran: code.filter(
+        c => c.model.executionCount !== null).length, of: code.length}; })()"""
+PICK_FLAGGED = """(() => {
+    const sel = [...document.querySelectorAll('.jp-OutputArea .widget-select select')].pop();
+    if (!sel) return null;
+    const opt = [...sel.options].find(o => /\\b(leaked|mismatched)\\b/.test(o.text));
+    if (!opt) return {options: [...sel.options].map(o => o.text)};
+    sel.selectedIndex = opt.index; sel.dispatchEvent(new Event('change', {bubbles: true}));
+    return {picked: opt.text}; })()"""
+HIGHLIGHT = """(() => {
+    const el = document.querySelector('.jp-OutputArea .widget-html .wb-explorer #wb-first-diff');
+    if (!el) return null;
+    el.scrollIntoView({block: 'center'});
+    return {text: el.textContent, cls: el.className, bg: getComputedStyle(el).backgroundColor};
+    })()"""
+
+
+def _run_notebook_01(browser: Browser, shots: Path) -> list[int]:
+    """Runs every cell; returns the monitor tick counts seen live (a screenshot at each)."""
+    browser.evaluate(  # the render test may have shut this notebook's kernel down: start one
+        "(async () => { const c = window.__wbPanel.sessionContext; await c.ready;"
+        " if (!c.session?.kernel) await c.changeKernel({name: 'python3'});"
+        " await c.ready; return c.session.kernel.name; })()", timeout=KERNEL_S)
+    browser.evaluate("(() => { const app = window.jupyterapp;"
+                     " app.shell.activateById(window.__wbPanel.id);"
+                     " app.commands.execute('notebook:run-all-cells'); return true; })()")
+    ticks: list[int] = []
+    deadline = time.monotonic() + NB01_S
+    while time.monotonic() < deadline:
+        seen = browser.evaluate(MONITOR_TICKS)
+        if seen is not None and (not ticks or seen != ticks[-1]):
+            ticks.append(seen)
+            print("monitor screenshot", browser.screenshot(shots / f"monitor-{len(ticks)}.png"))
+        state = browser.evaluate(NB_STATE)
+        assert "error" not in state, f"notebook 01 failed: {state['error']}"
+        if state["done"]:
+            return ticks
+        time.sleep(0.5)
+    raise AssertionError(f"notebook 01 not done in {NB01_S}s: {browser.evaluate(NB_STATE)}")
+
+
+@pytest.mark.notebook
+@pytest.mark.servers
+@pytest.mark.nixl
+@pytest.mark.timeout(NB01_S + 300)
+def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
+    from support.glyphs import marker_shape
+    from test_notebooks import FINDINGS, RENDERED
+
+    from workbench.judge import read_findings
+    from workbench.report import export_html
+
+    try:
+        _open(browser, NB01)
+        ticks = _run_notebook_01(browser, tmp_path)
+        assert len(ticks) >= 5, f"the monitor updated {ticks} while the load ran"
+        picked = browser.wait_for(PICK_FLAGGED, RENDER_S, "the explorer's request list")
+        assert "picked" in picked, f"no flagged request with a first difference: {picked}"
+        hit = browser.wait_for(HIGHLIGHT, RENDER_S, "the highlighted first differing token")
+        time.sleep(1.0)  # let the notebook's scroller settle on the highlight (a picture only)
+        print("explorer screenshot", browser.screenshot(tmp_path / "explorer.png"), picked, hit)
+        assert "wb-first-diff" in hit["cls"] and hit["text"], hit
+        browser.evaluate("window.jupyterapp.commands.execute('docmanager:save').then(() => 1)",
+                         timeout=RENDER_S)
+    except CDPError as e:
+        browser.screenshot(tmp_path / "failed.png")
+        raise AssertionError(f"{e}\nconsole: {browser.console_errors()}\n"
+                             f"--- jupyterlab log ---\n{lab.log_tail()}") from e
+    name = "01_reproduce_corruption.py"
+    ledger = read_findings(lab.root / "notebooks" / "runs" / "findings.jsonl")
+    assert ledger.height == FINDINGS[name] and ledger["held"].all(), ledger
+    html = export_html(lab.root / NB01, tmp_path / "01.html")
+    text = html.read_text()
+    assert RENDERED[name] in text and "Traceback" not in text
+    assert 'data-state="stopped"' in text and 'alt="pair monitor"' in text  # static monitor
+    assert 'id="wb-first-diff"' in text  # the explorer's static rendering
+    shape, rect = marker_shape(browser, html, tmp_path / "marker.png")
+    print("marker screenshot", tmp_path / "marker.png", rect, shape)
+    assert shape.is_bar and not shape.is_box, (shape, rect)

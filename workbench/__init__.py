@@ -3,7 +3,8 @@
 The names a notebook starts from. The rest lives in packages by concern whose imports only
 point down ``LAYERS`` (top first; ``tests/test_layout.py`` enforces it):
 
-- ``report``       plots for notebook cells, rendering a notebook, the demo
+- ``report``       plots and views for notebook cells (``explore``, ``monitor``), rendering a
+                   notebook with its static views and embedded font, the demo
 - ``investigate``  reproduce, sweep, bisect (commits, patch series), kernels, kill-storm and
                    crash studies, ``investigate`` an unknown bug end to end
 - ``sim``          deterministic simulation of the real engine code in one process
@@ -23,15 +24,16 @@ from workbench.drive import inject_concurrency, list_workloads, run_workload
 from workbench.investigate import PatchSeries, StopOn, bisect_patch_series, reproduce
 from workbench.judge import read_findings, record_finding
 from workbench.observe import ReferenceBuffers, diff_against_reference, dump_buffers, load_dump
-from workbench.report import plots
+from workbench.report import Monitor, explore, monitor, plots
 from workbench.search import bisect
 
 LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "deploy", "search",
           "scale")
 
 __all__ = [
-    "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",
-    "bisect_patch_series", "diff_against_reference", "dump_buffers", "inject_concurrency",
-    "investigate", "launch_pd_pair", "list_workloads", "load_dump", "plots", "read_findings",
-    "record_finding", "reproduce", "run_workload", "sim", "LAYERS",
+    "Monitor", "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",
+    "bisect_patch_series", "diff_against_reference", "dump_buffers", "explore",
+    "inject_concurrency", "investigate", "launch_pd_pair", "list_workloads", "load_dump",
+    "monitor", "plots", "read_findings", "record_finding", "reproduce", "run_workload", "sim",
+    "LAYERS",
 ]

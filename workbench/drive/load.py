@@ -61,15 +61,20 @@ class RequestRecord:
     ended_at: float | None = None
     engine_down: str = ""  # the death or hang of the deployment this request ran into
     verdict: Verdict | None = None
+    max_tokens: int | None = None  # what was asked (a replay sends the same)
+    ref_token_ids: list[int] | None = None  # the oracle's greedy tokens, when it judged
+    ref_logprobs: list[float] | None = None
 
     def row(self) -> dict:
         out = {k: v for k, v in asdict(self).items()
                if k not in ("verdict", "tool_calls", "token_ids", "token_texts", "prompt_ids",
-                            "messages", "tools", "logprobs")}
+                            "messages", "tools", "logprobs", "ref_token_ids", "ref_logprobs")}
         out["tool_calls"] = json.dumps(self.tool_calls)
         out["messages"] = json.dumps(self.messages)
         out["tools"] = json.dumps(self.tools)
         out["token_ids"] = json.dumps(self.token_ids)
+        for key in ("logprobs", "ref_token_ids", "ref_logprobs"):  # for the explorer's views
+            out[key] = json.dumps(getattr(self, key))
         out["prompt_tokens"] = len(self.prompt_ids) if self.prompt_ids is not None else None
         out["prompt_hash"] = prompt_hash(self.prompt_ids) if self.prompt_ids else None
         v = self.verdict
@@ -229,7 +234,7 @@ class SessionRunner:
         if self.cfg.align_to:
             expected = None  # padding changes the turn: the transcript's call is no longer owed
         rec = RequestRecord(self.session, turn, kind, messages=json.loads(json.dumps(messages)),
-                            tools=self.tools)
+                            tools=self.tools, max_tokens=self.cfg.max_tokens)
         body = chat_body(self.cfg, messages, self.tools, self.session)
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
@@ -256,6 +261,8 @@ class SessionRunner:
                 except Exception as exc:  # noqa: BLE001 - flags this request, the run goes on
                     oracle_error = f"{type(exc).__name__}: {exc}"[:300]
             rec.verdict = self.verdict(rec, expected, ref, oracle_error)
+            if ref is not None:
+                rec.ref_token_ids, rec.ref_logprobs = list(ref.tokens), list(ref.logprobs)
             if self.cfg.align_to and rec.verdict.ref_match:
                 # padding takes the model off its transcripts: markup the reference writes too
                 # is the model's, not the server's

@@ -10,14 +10,17 @@ alone, then pairs of modes) and stops at the first that fires.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import polars as pl
 
@@ -36,6 +39,14 @@ from workbench.observe import ReferenceBuffers
 log = logging.getLogger(__name__)
 
 
+class PairWatch(Protocol):
+    """What watches a pair a reproduction launches (``workbench.report.Monitor``)."""
+
+    def watching(self, pair) -> AbstractContextManager: ...
+
+    def record(self, burst: Burst) -> None: ...
+
+
 def _stop_on(stop_on: StopOn | str) -> StopOn:
     try:
         return StopOn(stop_on)
@@ -52,7 +63,8 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
               cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None, router: str = "embedded",
-              source: str | Path | None = None, judge: int | None = 2) -> Reproduction:
+              source: str | Path | None = None, judge: int | None = 2,
+              watch: PairWatch | None = None) -> Reproduction:
     """Runs seeded bursts of ``shape`` on a fresh PD pair running ``patches`` (none: the code as
     it is) from ``source`` (a source tree; default this checkout); stops once
     ``stop_after_flags`` counts of ``stop_on`` (``StopOn`` or its value) were seen.
@@ -64,7 +76,8 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     running burst starts no turn past it. ``max_bursts=None`` (only with ``cap_s``) lets the cap
     alone end the run. ``judge``: unflagged rooms per burst whose buffers are compared with the
     reference on both sides (the buffer-level oracle; 0 turns it off, None judges every
-    completed unflagged room).
+    completed unflagged room). ``watch`` (e.g. ``workbench.report.Monitor()``) watches the pair
+    while the bursts run and is told each burst's totals.
     """
     stop_on = _stop_on(stop_on)
     if max_bursts is None and cap_s is None and seeds is None:
@@ -82,7 +95,8 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
     first = None
     with launch_pd_pair(patches=_merged(patches, sh), engine=sh.engine, faults=sh.faults,
                         seed=seeds[0] if seeds else seed, log_dir=log_dir, router=router,
-                        decode_args=sh.decode_args, source=source) as pair:
+                        decode_args=sh.decode_args, source=source) as pair, \
+            (watch.watching(pair) if watch is not None else contextlib.nullcontext()):
         launch_s = time.monotonic() - t0
         reference = ReferenceBuffers(pair.spec.engine_config()) if judge != 0 else None
         for s in burst_seeds:
@@ -90,6 +104,8 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
             if left <= 0:
                 break
             run = run_burst(pair, s, sh, cap, left, max_tokens, judge, reference)
+            if watch is not None:
+                watch.record(run.burst)
             runs.append(dataclasses.replace(
                 run, burst=dataclasses.replace(run.burst, t_s=round(time.monotonic() - t0, 2))))
             if first is None and run.burst.anomalies:

@@ -1,8 +1,17 @@
-"""Rendering: matplotlib figures for notebook cells (``plots``), executing a notebook to HTML
-(``run_report``) and the end-to-end demo. The top workbench package: it imports every other
+"""Rendering: matplotlib figures for notebook cells (``plots``), the views (``explore``,
+``monitor``; each with a static rendering), executing a notebook to HTML (``run_report``, with the
+embedded DSML font) and the end-to-end demo. The top workbench package: it imports every other
 one and nothing imports it but the CLI."""
 
 from workbench.report import plots
+from workbench.report.explorer import ExplorerFilter
+from workbench.report.explorer_view import Explorer, explore
+from workbench.report.fonts import embed_fonts, font_face_css
+from workbench.report.monitor import Monitor, monitor
 from workbench.report.render import ReportUnavailable, require_report_extra, run_report
+from workbench.report.replay import Replay, replay_alone
+from workbench.report.static import View, export_html
 
-__all__ = ["ReportUnavailable", "plots", "require_report_extra", "run_report"]
+__all__ = ["Explorer", "ExplorerFilter", "Monitor", "Replay", "ReportUnavailable", "View",
+           "embed_fonts", "explore", "export_html", "font_face_css", "monitor", "plots",
+           "replay_alone", "require_report_extra", "run_report"]

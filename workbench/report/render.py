@@ -6,8 +6,6 @@ import logging
 import time
 from pathlib import Path
 
-from workbench.report.fallback import static_first
-
 log = logging.getLogger(__name__)
 
 def notebooks_dir() -> Path:
@@ -38,24 +36,13 @@ def require_report_extra(what: str = "an executable report") -> None:
                                 f"{NOTEBOOKS} (run from a clone, or without the report)")
 
 
-def static_exporter(exporter_class):
-    """An nbconvert exporter that ranks images above widget views: a live view exports as its
-    static figure (``workbench.report.fallback``), even with the widget state saved."""
-    from traitlets.config import Config
-
-    exporter = exporter_class()
-    priority = list(exporter.config.NbConvertBase.display_data_priority)
-    exporter.update_config(Config({"NbConvertBase": {
-        "display_data_priority": static_first(priority)}}))
-    return exporter
-
-
 def run_report(notebook: str | Path, params: dict | None = None,
                out_dir: str | Path = "reports", kernel: str = "python3",
                timeout_s: int = 1800) -> Path:
     """Executes ``notebook`` (a .ipynb, or a jupytext .py paired with one) and writes HTML.
 
-    Returns the HTML path; ``ReportUnavailable`` without the report extra. A cell that raises (e.g.
+    Returns the HTML path (written by ``workbench.report.static.export_html``);
+    ``ReportUnavailable`` without the report extra. A cell that raises (e.g.
     a finding whose assertion no longer holds) fails the run with papermill's
     ``PapermillExecutionError``; the executed notebook is kept.
     """
@@ -63,7 +50,8 @@ def run_report(notebook: str | Path, params: dict | None = None,
     import jupytext
     import nbformat
     import papermill
-    from nbconvert import HTMLExporter
+
+    from workbench.report.static import export_html
 
     src = Path(notebook)
     out = Path(out_dir)
@@ -77,9 +65,6 @@ def run_report(notebook: str | Path, params: dict | None = None,
     papermill.execute_notebook(str(src), str(executed), parameters=params or {},
                                kernel_name=kernel, execution_timeout=timeout_s, progress_bar=False,
                                cwd=str(Path.cwd()))
-    body, _ = static_exporter(HTMLExporter).from_notebook_node(
-        nbformat.read(executed, as_version=4))
-    html = executed.with_suffix(".html")
-    html.write_text(body)
+    html = export_html(executed)  # static views, the embedded DSML font
     log.info("executed %s in %.0fs -> %s", notebook, time.monotonic() - t0, html)
     return html
