@@ -53,3 +53,51 @@ def test_an_exploration_is_identical_on_one_worker_and_on_two_nodes(ray_cluster)
     assert [r.seed for r in found.runs] == [first_here.seed] == [0]
     assert found.first_failure.fingerprint == first_here.fingerprint
     assert sim.replay(found.first_failure).tokens == first_here.tokens
+
+
+DRIVER = """
+import json, sys, time
+from pathlib import Path
+from workbench.drive import cell_of
+from workbench.investigate.fleet import Deployment, DeploymentSpec
+from workbench.scale import executor_for
+ex = executor_for(address=sys.argv[1])
+spec = DeploymentSpec(cell_of("baseline"), judge=0, log_dir=Path(sys.argv[2]),
+                      source=Path.cwd(), bind=True)
+actor = ex.actor(Deployment, spec)
+print(json.dumps(actor.call("pids")), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.servers
+def test_killing_the_driver_leaves_no_server_behind(ray_cluster, tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster, str(tmp_path)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pids = json.loads(driver.stdout.readline() or "[]")
+        assert len(pids) == 3 and all(psutil.pid_exists(p) for p in pids), pids
+        os.kill(driver.pid, signal.SIGKILL)  # no atexit, no finally: Ray and the kernel clean up
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.5)
+        assert not [p for p in pids if _alive(p)], "servers outlived their driver"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

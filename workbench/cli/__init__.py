@@ -99,7 +99,9 @@ def cmd_bisect(args) -> None:
         res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
                              confidence=args.confidence, seed=args.seed,
                              max_trials=args.max_trials or 40, patches=tuple(_names(args.patches)),
-                             judge=args.judge, ends_budget=args.ends_budget)
+                             judge=args.judge, ends_budget=args.ends_budget,
+                             deployments=args.deployments, workers=args.workers,
+                             address=args.address)
     else:
         from workbench.investigate import bisect_patch_series
 

@@ -8,6 +8,7 @@
   wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
   wb bisect --commits GOOD..BAD [--shape S --patches a,b --judge N|all --ends-budget 8]
+            [--deployments K --workers N --address HOST:PORT]
   wb investigate [--source DIR --commits GOOD..BAD --judge N|all --bursts-per-shape N]
   wb report NOTEBOOK -p key value ...
   wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     _search_flags(bis, None, "trial budget (default 40 for --commits, 60 for --series)")
     bis.add_argument("--ends-budget", type=int, default=8,
                      help="trials the bad end gets to fail once before bisecting (0: no check)")
+    bis.add_argument("--deployments", type=int, default=1,
+                     help="--commits: deployments at once, each round's probes chosen together")
+    _where_flags(bis)
     bis.add_argument("--store", default="runs/bisect.sqlite")
     bis.add_argument("--sessions", type=int, default=6)
     bis.add_argument("--confidence", type=float, default=0.9)
@@ -117,3 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+
+
+def _where_flags(p: argparse.ArgumentParser) -> None:
+    """Where the work runs (``workbench.scale``)."""
+    p.add_argument("--workers", type=int, default=None,
+                   help="1: in this process; default: a local Ray cluster of this machine's cores")
+    p.add_argument("--address", default=None, help="a Ray cluster's address (or $RAY_ADDRESS)")

@@ -7,11 +7,11 @@ Invariant: nothing here judges responses; a ``PDPair`` only says what runs and w
 from workbench.deploy.backends import Capability, MissingCapability, require
 from workbench.deploy.launch import LaunchSpec, attach, launch_pd_pair
 from workbench.deploy.pair import PDPair, client_headers
-from workbench.deploy.process import LaunchError, ServerProcess
+from workbench.deploy.process import LaunchError, ServerProcess, die_with_this_process
 from workbench.deploy.vitals import EngineDied, EngineDown, EngineHung, EngineUnreachable, lasting
 from workbench.deploy.watch import ProcessWatch
 
 __all__ = ["Capability", "EngineDied", "EngineDown", "EngineHung", "EngineUnreachable",
            "LaunchError", "LaunchSpec", "MissingCapability", "PDPair", "ProcessWatch",
-           "ServerProcess", "attach", "client_headers", "lasting", "launch_pd_pair",
-           "require"]
+           "ServerProcess", "attach", "client_headers", "die_with_this_process", "lasting",
+           "launch_pd_pair", "require"]

@@ -1,8 +1,9 @@
 """Commit bisection: which commit between a good and a bad one introduced the failure?
 
-Each candidate commit gets a cached git worktree (``Worktrees``); a trial launches a PD pair from
-that tree (``launch_pd_pair(source=...)``), keeps it warm for the candidate's later trials, runs
-one seeded burst of a shape and fails when the burst shows an anomaly. The oracle runs in this
+Each candidate commit gets a cached git worktree (``Worktrees``); a trial runs on a deployment
+launched from that tree (``workbench.investigate.fleet``: a PD pair kept warm for the candidate's
+later trials, k of them at once with ``deployments=k``), one seeded burst of a shape, and fails
+when the burst shows an anomaly. The oracle runs in this
 process, from this checkout: it is pinned to the tree doing the bisecting, never the code under
 test. Trials are stored and resumable like every ``bisect``.
 """
@@ -12,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.deploy import PDPair, launch_pd_pair
 from workbench.drive import Shape, cell_of
-from workbench.investigate.bursts import run_burst
-from workbench.observe import ReferenceBuffers
+from workbench.investigate.fleet import DeploymentSpec, Fleet
+from workbench.scale import executor_for
 from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
 
 log = logging.getLogger(__name__)
@@ -65,59 +65,13 @@ class Worktrees:
         git(self.repo, "worktree", "prune")
 
 
-@dataclass(eq=False)
-class CommitPairs:
-    """Keeps the PD pair of the most recent candidate commit running (warm across its trials).
-    ``judge``: unflagged rooms per burst the buffer oracle compares (0: off, None: all)."""
-
-    trees: Worktrees
-    shape: Shape
-    patches: tuple[str, ...] = ()
-    log_dir: Path | None = None
-    judge: int | None = 2
-    current: str | None = None
-    pair: PDPair | None = None
-    reference: ReferenceBuffers | None = None
-    launches: int = field(default=0)
-
-    def get(self, commit: str) -> PDPair:
-        if commit != self.current:
-            self.close()
-            log_dir = self.log_dir / commit[:12] if self.log_dir else None
-            patches = tuple(dict.fromkeys([*self.patches, *self.shape.patches]))
-            self.pair = launch_pd_pair(patches=patches, engine=self.shape.engine,
-                                       faults=self.shape.faults, log_dir=log_dir,
-                                       decode_args=self.shape.decode_args,
-                                       source=self.trees.path(commit))
-            self.current, self.launches = commit, self.launches + 1
-            if self.judge != 0 and self.reference is None:  # pinned: this checkout's reference
-                self.reference = ReferenceBuffers(self.pair.spec.engine_config())
-        return self.pair
-
-    def close(self) -> None:
-        if self.pair is not None:
-            self.pair.close()
-        self.pair, self.current = None, None
-
-
-def commit_trial(pairs: CommitPairs):
-    """``trial(commit, seed) -> failed``: one seeded burst of the pool's shape on ``commit``;
-    failed when it shows any anomaly (flag, unkilled error, leftover after draining)."""
-    def trial(commit: str, seed: int) -> bool:
-        pair = pairs.get(commit)
-        run = run_burst(pair, seed % 1_000_003, pairs.shape, None, 300.0, judge=pairs.judge,
-                        reference=pairs.reference)
-        log.info("trial %s seed %d: %d anomalies", commit[:12], seed, run.burst.anomalies)
-        return run.burst.anomalies > 0
-    return trial
-
-
 def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape = "baseline",
                    patches: tuple[str, ...] = (), store: str | Path | None = None,
                    worktrees: str | Path | None = None, confidence: float = 0.95,
                    max_trials: int = 40, seed: int = 0, log_dir: str | Path | None = None,
                    experiment: str | None = None, judge: int | None = 2,
-                   ends_budget: int = ENDS_BUDGET) -> BisectResult:
+                   ends_budget: int = ENDS_BUDGET, deployments: int = 1,
+                   workers: int | None = None, address: str | None = None) -> BisectResult:
     """Bayesian bisection over the commits ``good..bad`` (``good`` included as candidate 0).
     Candidates are full hashes; ``worktrees`` (default ``<repo>/.git/pdwb-worktrees``) caches
     one tree per commit; ``store`` makes it resumable. ``patches`` are enabled on every
@@ -126,22 +80,31 @@ def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape 
     Both ends are tried first, as stored trials that count in the posterior: ``bad`` gets up to
     ``ends_budget`` bursts to fail once (else ``BAD_END_PASSES``, nothing bisected), then
     ``good`` a few (a failure: ``GOOD_END_FAILS``, the anomaly predates the range). Only a
-    ``CONVERGED`` result names a culprit; the others carry ``advice`` for their headline."""
+    ``CONVERGED`` result names a culprit; the others carry ``advice`` for their headline.
+
+    ``deployments``: k pairs at once (a ``Fleet`` on ``executor_for(workers, address)``: Ray
+    actors, or objects here with ``workers=1``); each round of the search then runs k probes
+    chosen together. Trials stay in one store, written by this process only."""
     repo = Path(repo).resolve()
     commits = commit_range(repo, good, bad)
     root = Path(worktrees) if worktrees else Path(git(repo, "rev-parse", "--absolute-git-dir")) \
         / "pdwb-worktrees"
-    sh = cell_of(shape)
-    pairs = CommitPairs(Worktrees(repo, root), sh, tuple(patches),
-                        Path(log_dir) if log_dir else None, judge)
+    sh, trees = cell_of(shape), Worktrees(repo, root)
+    logs = Path(log_dir) if log_dir else None
+
+    def spec_for(commit: str) -> DeploymentSpec:
+        return DeploymentSpec(sh, tuple(patches), trees.path(commit),
+                              logs / commit[:12] if logs else None, judge)
+    fleet = Fleet(executor_for(workers, address), spec_for, deployments)
     db = TrialStore(store) if store else None
     try:
-        res = bisect(commits, commit_trial(pairs), confidence=confidence,
+        res = bisect(commits, fleet.trial, confidence=confidence,
                      max_trials=max_trials, seed=seed, store=db,
                      experiment=experiment or f"commits:{commits[0][:12]}..{commits[-1][:12]}",
-                     prior_fail_rate=BURST_PRIOR, ends_budget=ends_budget)
+                     prior_fail_rate=BURST_PRIOR, ends_budget=ends_budget,
+                     workers=deployments)
     finally:
-        pairs.close()
+        fleet.close()
         if db is not None:
             db.close()
     return dataclasses.replace(res, advice=advice(res, sh, judge, max_trials, ends_budget))

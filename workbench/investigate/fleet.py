@@ -124,7 +124,9 @@ class Fleet:
         if slot.remote is not None:
             slot.remote.kill()
         slot.candidate, slot.remote = None, None
-        spec = dataclasses.replace(self.spec_for(candidate), bind=not self.executor.local)
+        spec = self.spec_for(candidate)  # the driver's checkout when no tree is named
+        spec = dataclasses.replace(spec, source=spec.source or Path.cwd(),
+                                   bind=not self.executor.local)
         gpus = ENGINE_PROCESSES if self.executor.gpus >= ENGINE_PROCESSES else 0
         slot.remote = self.executor.actor(Deployment, spec, cpus=1, gpus=gpus)
         slot.candidate = candidate
