@@ -1,6 +1,7 @@
 """Simulated intermittent culprits: Bayesian bisection vs fixed-repeat bisection.
 
-Run ``python -m bench.bisect_sim [--quick]``.  For each failure rate and candidate count,
+Run ``python -m bench.bisect_sim [--quick]``; ``--k 1 2 4 8`` measures parallel bisection
+instead (rounds to the culprit with k probes per round: ``bench.bisect_rounds``).  For each failure rate and candidate count,
 every run draws a culprit position uniformly (seeded); good candidates never fail, bad ones
 fail independently at the rate.  Methods: ``bayes`` is ``bisect`` as shipped: nobody tells it
 the rate (one log-uniform 0.5%..50% prior for every cell); ``told`` gets a prior concentrated on
@@ -28,6 +29,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +42,9 @@ from workbench.search.bisect import (
     default_repeats,
     fixed_repeat_bisect,
 )
+
+if TYPE_CHECKING:
+    from bench.bisect_rounds import RoundsSim
 
 RATES = (0.01, 0.05, 0.20)
 SIZES = (16, 64)
@@ -261,7 +266,7 @@ def report(res: BisectSim) -> None:
     print(f"total {res.seconds:.0f} s")
 
 
-def main(argv: list[str] | None = None) -> BisectSim:
+def main(argv: list[str] | None = None) -> BisectSim | RoundsSim:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 runs per cell (~15 s)")
     ap.add_argument("--runs", type=int, default=None, help="runs per cell (default 300)")
@@ -272,11 +277,26 @@ def main(argv: list[str] | None = None) -> BisectSim:
                     help="a Beta(A, B) rate prior instead of the default log-uniform 0.5%%..50%%")
     ap.add_argument("--rates", type=float, nargs="+", default=RATES)
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    ap.add_argument("--k", type=int, nargs="+", default=None,
+                    help="instead: bayes with k parallel probes per round (e.g. 1 2 4 8); "
+                    "rounds to the culprit per (rate, n, k), 200 runs per cell")
     args = ap.parse_args(argv)
+    if args.k:
+        return _main_rounds(args)
     runs = args.runs or (20 if args.quick else 300)
     prior = tuple(args.prior) if args.prior else DEFAULT_PRIOR_FAIL_RATE
     res = run(runs, args.seed, args.confidence, prior, args.rates, args.sizes)
     report(res)
+    return res
+
+
+def _main_rounds(args: argparse.Namespace) -> RoundsSim:
+    from bench.bisect_rounds import report_rounds, run_rounds  # it imports this module
+
+    runs = args.runs or (20 if args.quick else 200)
+    res = run_rounds(tuple(args.k), tuple(args.rates), tuple(args.sizes), runs, args.seed,
+                     args.confidence)
+    report_rounds(res)
     return res
 
 

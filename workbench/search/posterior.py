@@ -178,11 +178,3 @@ def choose(info: np.ndarray, rng: np.random.Generator) -> int:
     best = info.max()
     ties = np.flatnonzero(info >= best * (1 - 1e-9)) if best > 0 else np.arange(info.size)
     return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
-
-
-def choose_batch(info: np.ndarray, rng: np.random.Generator, size: int) -> list[int]:
-    """``size`` probes: the most informative (as ``_choose``), then the next most informative
-    distinct ones; the best probe repeats when there are fewer candidates than ``size``."""
-    first = choose(info, rng)
-    rest = [int(j) for j in np.argsort(-info, kind="stable") if j != first][:size - 1]
-    return [first, *rest, *[first] * (size - 1 - len(rest))]
