@@ -1,16 +1,17 @@
 """Simulated intermittent culprits: Bayesian bisection vs fixed-repeat bisection.
 
 Run ``python -m bench.bisect_sim [--quick]``; ``--k 1 2 4 8`` measures parallel bisection
-instead (rounds to the culprit with k probes per round: ``bench.bisect_rounds``).  For each failure rate and candidate count,
-every run draws a culprit position uniformly (seeded); good candidates never fail, bad ones
-fail independently at the rate.  Methods: ``bayes`` is ``bisect`` as shipped: nobody tells it
-the rate (one log-uniform 0.5%..50% prior for every cell); ``told`` gets a prior concentrated on
-the true rate; ``fixed`` is binary search that calls a probe bad at its first failure and good
-after ``default_repeats(rate, alpha=0.05)`` clean trials, told the true rate; ``fixed@5%``
-always uses 59 repeats (a user who guessed 5%); ``fixed@1%`` always uses 299 (the one fixed
-setting that is calibrated over the whole 1-20% range when the rate is unknown); ``fixed95`` is
-``fixed`` with the per-call risk split over the probes (Bonferroni, ``alpha = 0.05 / ceil(log2
-n)``), so that it too is >= 95% right overall: the accuracy-matched baseline.
+instead (rounds to the culprit with k probes per round: ``bench.bisect_rounds``). For each
+failure rate and candidate count, every run draws a culprit position uniformly (seeded); good
+candidates never fail, bad ones fail independently at the rate. Methods: ``bayes`` is ``bisect``
+as shipped: nobody tells it the rate (one log-uniform 0.5%..50% prior for every cell); ``told``
+gets a prior concentrated on the true rate; ``fixed`` is binary search that calls a probe bad at
+its first failure and good after ``default_repeats(rate, alpha=0.05)`` clean trials, told the
+true rate; ``fixed@5%`` always uses 59 repeats (a user who guessed 5%); ``fixed@1%`` always uses
+299 (the one fixed setting that is calibrated over the whole 1-20% range when the rate is
+unknown); ``fixed95`` is ``fixed`` with the per-call risk split over the probes (Bonferroni,
+``alpha = 0.05 / ceil(log2 n)``), so that it too is >= 95% right overall: the accuracy-matched
+baseline.
 
 ``Fano`` is an information-theoretic lower bound on the mean trials of *any* method that is
 >= 95% right, for a *known* rate (Fano's inequality; one trial carries at most the Z-channel

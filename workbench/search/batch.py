@@ -9,11 +9,12 @@ whole round, the bad-side rate integrated out.  With ``m = 1`` that is exactly
 
 How: a :class:`HypothesisGrid` gives ``P(culprit k, rate i)``; given ``(k, i)`` the round's
 trials are independent, so each outcome prefix ``y`` of the probes chosen so far (``2^m`` of
-them) has ``P(y, k, i)`` in closed form (see :class:`JointRound`).  Probing ``c_j`` next, a trial fails with the bad rate
-when ``k <= j`` and with the good-side rate otherwise, so every prefix's failure mass over all
-``j`` at once is a cumulative sum over ``k``: one greedy step costs ``O(2^m n)``, not times
-``n`` again nor the rate grid's size.  ``H(Y | culprit)`` is the same cumulative sum of per-culprit entropies (the rate stays
-mixed within a culprit, so trials at one candidate inform each other through it).
+them) has ``P(y, k)`` in closed form (see :class:`JointRound`).  Probing ``c_j`` next, a trial
+fails with the bad rate when ``k <= j`` and with the good-side rate otherwise, so every
+prefix's failure mass over all ``j`` at once is a cumulative sum over ``k``: one greedy step
+costs ``O(2^m n)``, neither times ``n`` again nor times the rate grid's size.
+``H(Y | culprit)`` is the same cumulative sum of per-culprit entropies (the rate stays mixed
+within a culprit, so trials at one candidate inform each other through it).
 """
 
 from __future__ import annotations
