@@ -1,4 +1,4 @@
-"""Parallel bisection: the joint batch chooser against brute force, and k-probe rounds end to end."""
+"""Parallel bisection: the joint batch chooser vs brute force, and k-probe rounds end to end."""
 
 from __future__ import annotations
 
