@@ -12,15 +12,24 @@ k = 1; no k > 1 ever needs more rounds than k = 1.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from bench.bisect_sim import simulated_trial
 from workbench.search.bisect import DEFAULT_PRIOR_FAIL_RATE, bisect
 
 KS = (1, 2, 4, 8)
 TARGET_ACCURACY, TARGET_ROUNDS, TARGET_RATES = 0.95, 0.35, (0.01, 0.05)
+
+
+def simulated_trial(n: int, culprit: int, rate: float) -> Callable[[str, int], bool]:
+    """Trial for candidates ``c000..``: fails iff index >= culprit and U(seed) < rate."""
+
+    def trial(candidate: str, seed: int) -> bool:
+        return int(candidate[1:]) >= culprit and (seed >> 10) / 2.0**53 < rate
+
+    return trial
 
 
 @dataclass(frozen=True)

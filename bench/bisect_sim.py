@@ -30,10 +30,10 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench.bisect_rounds import RoundsSim, report_rounds, run_rounds, simulated_trial
 from bench.table import TableRow
 from workbench.search.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
@@ -43,9 +43,6 @@ from workbench.search.bisect import (
     default_repeats,
     fixed_repeat_bisect,
 )
-
-if TYPE_CHECKING:
-    from bench.bisect_rounds import RoundsSim
 
 RATES = (0.01, 0.05, 0.20)
 SIZES = (16, 64)
@@ -62,15 +59,6 @@ class Cell:
     accuracy: float
     mean_trials: float
     seconds: float
-
-
-def simulated_trial(n: int, culprit: int, rate: float) -> Callable[[str, int], bool]:
-    """Trial for candidates ``c000..``: fails iff index >= culprit and U(seed) < rate."""
-
-    def trial(candidate: str, seed: int) -> bool:
-        return int(candidate[1:]) >= culprit and (seed >> 10) / 2.0**53 < rate
-
-    return trial
 
 
 def run_cell(method: str, rate: float, n: int, runs: int, seed: int,
@@ -292,8 +280,6 @@ def main(argv: list[str] | None = None) -> BisectSim | RoundsSim:
 
 
 def _main_rounds(args: argparse.Namespace) -> RoundsSim:
-    from bench.bisect_rounds import report_rounds, run_rounds  # it imports this module
-
     runs = args.runs or (20 if args.quick else 200)
     res = run_rounds(tuple(args.k), tuple(args.rates), tuple(args.sizes), runs, args.seed,
                      args.confidence)
