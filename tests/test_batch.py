@@ -129,7 +129,9 @@ def test_k8_bisect_resumes_from_the_store_identically(tmp_path):
 
 def test_quick_rounds_bench_never_needs_more_rounds_than_one_probe():
     res = run_rounds(ks=(1, 2, 8), rates=(0.05, 0.2), sizes=(16,), runs=6, confidence=0.97)
-    assert res.checks()["no k > 1 needs more rounds than k=1"]
+    checks = res.checks()
+    assert checks["no k > 1 needs more rounds than k=1"]
+    assert checks["k=8 rounds <= 0.35x k=1 at 1%, 5%"]
     assert all(res.ratio(c) < 0.5 for c in res.cells.values() if c.k == 8)
     with pytest.raises(ValueError, match="k=1"):
         run_rounds(ks=(2, 4), runs=1)
