@@ -1,15 +1,17 @@
 """Simulated intermittent culprits: Bayesian bisection vs fixed-repeat bisection.
 
-Run ``python -m bench.bisect_sim [--quick]``.  For each failure rate and candidate count,
-every run draws a culprit position uniformly (seeded); good candidates never fail, bad ones
-fail independently at the rate.  Methods: ``bayes`` is ``bisect`` as shipped: nobody tells it
-the rate (one log-uniform 0.5%..50% prior for every cell); ``told`` gets a prior concentrated on
-the true rate; ``fixed`` is binary search that calls a probe bad at its first failure and good
-after ``default_repeats(rate, alpha=0.05)`` clean trials, told the true rate; ``fixed@5%``
-always uses 59 repeats (a user who guessed 5%); ``fixed@1%`` always uses 299 (the one fixed
-setting that is calibrated over the whole 1-20% range when the rate is unknown); ``fixed95`` is
-``fixed`` with the per-call risk split over the probes (Bonferroni, ``alpha = 0.05 / ceil(log2
-n)``), so that it too is >= 95% right overall: the accuracy-matched baseline.
+Run ``python -m bench.bisect_sim [--quick]``; ``--k 1 2 4 8`` measures parallel bisection
+instead (rounds to the culprit with k probes per round: ``bench.bisect_rounds``). For each
+failure rate and candidate count, every run draws a culprit position uniformly (seeded); good
+candidates never fail, bad ones fail independently at the rate. Methods: ``bayes`` is ``bisect``
+as shipped: nobody tells it the rate (one log-uniform 0.5%..50% prior for every cell); ``told``
+gets a prior concentrated on the true rate; ``fixed`` is binary search that calls a probe bad at
+its first failure and good after ``default_repeats(rate, alpha=0.05)`` clean trials, told the
+true rate; ``fixed@5%`` always uses 59 repeats (a user who guessed 5%); ``fixed@1%`` always uses
+299 (the one fixed setting that is calibrated over the whole 1-20% range when the rate is
+unknown); ``fixed95`` is ``fixed`` with the per-call risk split over the probes (Bonferroni,
+``alpha = 0.05 / ceil(log2 n)``), so that it too is >= 95% right overall: the accuracy-matched
+baseline.
 
 ``Fano`` is an information-theoretic lower bound on the mean trials of *any* method that is
 >= 95% right, for a *known* rate (Fano's inequality; one trial carries at most the Z-channel
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bench.bisect_rounds import RoundsSim, report_rounds, run_rounds, simulated_trial
 from bench.table import TableRow
 from workbench.search.bisect import (
     DEFAULT_PRIOR_FAIL_RATE,
@@ -56,15 +59,6 @@ class Cell:
     accuracy: float
     mean_trials: float
     seconds: float
-
-
-def simulated_trial(n: int, culprit: int, rate: float) -> Callable[[str, int], bool]:
-    """Trial for candidates ``c000..``: fails iff index >= culprit and U(seed) < rate."""
-
-    def trial(candidate: str, seed: int) -> bool:
-        return int(candidate[1:]) >= culprit and (seed >> 10) / 2.0**53 < rate
-
-    return trial
 
 
 def run_cell(method: str, rate: float, n: int, runs: int, seed: int,
@@ -261,7 +255,7 @@ def report(res: BisectSim) -> None:
     print(f"total {res.seconds:.0f} s")
 
 
-def main(argv: list[str] | None = None) -> BisectSim:
+def main(argv: list[str] | None = None) -> BisectSim | RoundsSim:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="20 runs per cell (~15 s)")
     ap.add_argument("--runs", type=int, default=None, help="runs per cell (default 300)")
@@ -272,11 +266,24 @@ def main(argv: list[str] | None = None) -> BisectSim:
                     help="a Beta(A, B) rate prior instead of the default log-uniform 0.5%%..50%%")
     ap.add_argument("--rates", type=float, nargs="+", default=RATES)
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
+    ap.add_argument("--k", type=int, nargs="+", default=None,
+                    help="instead: bayes with k parallel probes per round (e.g. 1 2 4 8); "
+                    "rounds to the culprit per (rate, n, k), 200 runs per cell")
     args = ap.parse_args(argv)
+    if args.k:
+        return _main_rounds(args)
     runs = args.runs or (20 if args.quick else 300)
     prior = tuple(args.prior) if args.prior else DEFAULT_PRIOR_FAIL_RATE
     res = run(runs, args.seed, args.confidence, prior, args.rates, args.sizes)
     report(res)
+    return res
+
+
+def _main_rounds(args: argparse.Namespace) -> RoundsSim:
+    runs = args.runs or (20 if args.quick else 200)
+    res = run_rounds(tuple(args.k), tuple(args.rates), tuple(args.sizes), runs, args.seed,
+                     args.confidence)
+    report_rounds(res)
     return res
 
 

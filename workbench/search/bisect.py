@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from workbench.search.posterior import Posterior, choose_batch, entropy_bits
+from workbench.search.batch import choose_batch
+from workbench.search.posterior import Posterior, choose, entropy_bits
 from workbench.search.rate_prior import DEFAULT_RATE_PRIOR, RatePrior
 from workbench.search.result import BisectOutcome, BisectResult, TrialUpdate, default_repeats
 from workbench.search.trials import CachedTrial, TrialFn, TrialStore
@@ -81,14 +82,15 @@ def _runner(trial: TrialFn, store: TrialStore | None, experiment: str | None, se
 
 def _result(candidates: Sequence[str], model: Posterior, post: np.ndarray, pick: int,
             spent: int, history: _History, outcome: BisectOutcome, method: str,
-            target: float | None = None) -> BisectResult:
+            target: float | None = None, rounds: int | None = None) -> BisectResult:
     n = len(candidates)
     result = BisectResult(
         candidates[pick] if pick < n else None,
         {c: float(p) for c, p in zip(candidates, post[:n], strict=True)},
         float(post[pick]), spent, *model.rates(post), history.frame(),
         float(post[n]) if post.size > n else 0.0, outcome is BisectOutcome.CONVERGED, method,
-        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)), outcome, target)
+        history.trace(candidates, np.full(model.hyp, 1.0 / model.hyp)), outcome, target,
+        rounds=rounds)
     log.info("%s bisect: %s", method, result.lead())
     return result
 
@@ -126,8 +128,13 @@ def bisect(
     proves the culprit is at or before ``j``.  Deterministic given ``seed`` and trial outcomes;
     with ``store`` (experiment defaults to ``"bayes"``) recorded trials are replayed first, so
     an interrupted run resumes to the identical result with no trial repeated.
-    ``workers > 1`` runs each step's ``workers`` most informative probes in parallel threads
-    (``trial`` must then be thread-safe): more trials, less wall time; still deterministic.
+    ``workers = k > 1`` makes each step a round of ``k`` probes run in parallel threads
+    (``trial`` must then be thread-safe), chosen together before any of their outcomes is seen
+    to maximise the round's joint information about the culprit (:func:`choose_batch`: repeats
+    of a candidate allowed, never ``k`` copies of the best probe by construction); the outcomes
+    are observed in list order, the order the store's trial indices are claimed, so a resumed
+    run replays the identical search.  More trials, fewer rounds; still deterministic.
+    ``workers=1`` is the single-probe search.  The stop rule is checked between rounds.
 
     ``ends_budget > 0`` checks both ends first (:func:`check_ends`), through the same runner, so
     those trials are stored, replayed and counted in the posterior like any other: a bad end
@@ -149,9 +156,11 @@ def bisect(
         good_end = good_end_trials if prior_good_fail_rate is None else 0
         ends = check_ends(candidates, runner, model, history, ends_budget, good_end, max_trials)
         post = model.probabilities()
+    rounds = runner.spent  # the ends' trials ran one at a time
     while ends is None and post.max() < confidence and runner.spent < max_trials:
+        rounds += 1
         size = min(workers, max_trials - runner.spent)
-        probes = choose_batch(model.information(post), rng, size)
+        probes = _round(model, post, rng, size)
         for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
                              strict=True):
             model.observe(j, failed)
@@ -161,7 +170,14 @@ def bisect(
                        else BisectOutcome.NOT_CONVERGED)
     pick = int(np.argmax(post))
     return _result(candidates, model, post, pick, runner.spent, history, outcome, "bayes",
-                   confidence)
+                   confidence, rounds)
+
+
+def _round(model: Posterior, post: np.ndarray, rng: np.random.Generator, size: int) -> list[int]:
+    """The next round's probes: the single most informative one, or a jointly chosen batch."""
+    if size == 1:
+        return [choose(model.information(post), rng)]
+    return list(choose_batch(model.grid(post), rng, size).probes)
 
 
 def check_ends(candidates: Sequence[str], runner: CachedTrial, model: Posterior,

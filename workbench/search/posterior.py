@@ -6,6 +6,7 @@ zero on the good side), the posterior over the culprit index, and the informatio
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,6 +54,25 @@ def entropy_bits(post: np.ndarray) -> float:
     """Shannon entropy (bits) of a probability vector; zero entries contribute nothing."""
     nz = post[post > 0]
     return float(-(nz * np.log2(nz)).sum())
+
+
+@dataclass(frozen=True)
+class HypothesisGrid:
+    """The posterior over (culprit k, bad-side rate) as a finite grid, for batch design.
+
+    Invariants: ``weights`` has shape ``(hyp, G)``, is non-negative and sums to 1 (its row sums
+    are the culprit posterior); ``bad`` (shape ``(1, G)`` or ``(hyp, G)``) is the failure rate
+    of a candidate at or after k under each grid point; ``good`` (shape ``(hyp,)``) is the
+    failure rate of one before k, or None when good candidates never fail.  ``n`` candidates
+    can be probed; ``hyp`` is ``n + 1`` when "no culprit" is a hypothesis.  A Beta rate prior
+    becomes one grid point per k at its posterior mean (G = 1: conditionally independent
+    trials, which ignores how trials at one k inform each other about the rate).
+    """
+
+    weights: np.ndarray
+    bad: np.ndarray
+    good: np.ndarray | None
+    n: int
 
 
 class Posterior:
@@ -127,6 +147,17 @@ class Posterior:
         cond = _split_sum(post * _binary_entropy(pb), hg, self.n)
         return np.maximum(_binary_entropy(p_fail) - cond, 0.0)
 
+    def grid(self, post: np.ndarray) -> HypothesisGrid:
+        """``post`` (from :meth:`probabilities`) spread over each culprit's rate posterior."""
+        pb, pg = self.predictive()
+        if isinstance(self._bad_rate, GridRate):
+            _, _, fr, sr = self._pools()
+            weights = post[:, None] * self._bad_rate.posterior(fr, sr)
+            bad = np.asarray(self._bad_rate.prior.rates)[None, :]
+        else:
+            weights, bad = post[:, None], pb[:, None]
+        return HypothesisGrid(weights, bad, pg, self.n)
+
     def rates(self, post: np.ndarray) -> tuple[float, float]:
         """Posterior-mean failure rates (bad side, good side)."""
         pb, pg = self.predictive()
@@ -147,11 +178,3 @@ def choose(info: np.ndarray, rng: np.random.Generator) -> int:
     best = info.max()
     ties = np.flatnonzero(info >= best * (1 - 1e-9)) if best > 0 else np.arange(info.size)
     return int(ties[0]) if ties.size == 1 else int(rng.choice(ties))
-
-
-def choose_batch(info: np.ndarray, rng: np.random.Generator, size: int) -> list[int]:
-    """``size`` probes: the most informative (as ``_choose``), then the next most informative
-    distinct ones; the best probe repeats when there are fewer candidates than ``size``."""
-    first = choose(info, rng)
-    rest = [int(j) for j in np.argsort(-info, kind="stable") if j != first][:size - 1]
-    return [first, *rest, *[first] * (size - 1 - len(rest))]

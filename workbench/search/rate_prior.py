@@ -73,9 +73,18 @@ class GridRate:
 
     def evaluate(self, f: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(log_marginal, mean_rate)``, each of the counts' shape."""
+        top, w = self._terms(f, s)
+        total = w.sum(axis=-1)
+        return np.log(total) + top[..., 0], (w @ self._p) / total
+
+    def posterior(self, f: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """The posterior over the grid's rates given pooled counts: shape ``f.shape + (G,)``,
+        each row summing to 1."""
+        _, w = self._terms(f, s)
+        return w / w.sum(axis=-1, keepdims=True)
+
+    def _terms(self, f: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ll = (np.asarray(f)[..., None] * self._lp + np.asarray(s)[..., None] * self._lq
               + self._lw)
         top = ll.max(axis=-1, keepdims=True)
-        w = np.exp(ll - top)
-        total = w.sum(axis=-1)
-        return np.log(total) + top[..., 0], (w @ self._p) / total
+        return top, np.exp(ll - top)

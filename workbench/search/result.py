@@ -63,7 +63,9 @@ class BisectResult:
     has one row per trial with columns ``step, candidate, failed, max_posterior, entropy``
     (bits, after that trial).  ``target``: the confidence the search stopped at (None: the
     method has none); ``advice``: what to try when it did not converge (set by the caller that
-    knows the knobs, e.g. ``bisect_commits``).
+    knows the knobs, e.g. ``bisect_commits``).  ``rounds``: how many times the search waited
+    for trials (one per trial when one runs at a time, one per batch of parallel trials; None:
+    the method does not count them), so ``rounds <= trials_spent``.
     """
 
     culprit: str | None
@@ -81,6 +83,7 @@ class BisectResult:
     outcome: BisectOutcome | None = None  # None: derived from ``converged``
     target: float | None = None
     advice: tuple[str, ...] = ()
+    rounds: int | None = None
 
     def __post_init__(self) -> None:
         if self.outcome is None:
