@@ -64,8 +64,8 @@ from workbench.scale import executor_for
 ex = executor_for(address=sys.argv[1])
 spec = DeploymentSpec(cell_of("baseline"), judge=0, log_dir=Path(sys.argv[2]),
                       source=Path.cwd(), bind=True)
-actor = ex.actor(Deployment, spec)
-print(json.dumps(actor.call("pids")), flush=True)
+actors = [ex.actor(Deployment, spec) for _ in range(2)]
+print(json.dumps([a.call("pids") for a in actors]), flush=True)
 time.sleep(600)
 """
 
@@ -82,17 +82,24 @@ def test_killing_the_driver_leaves_no_server_behind(ray_cluster, tmp_path):
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        pids = json.loads(driver.stdout.readline() or "[]")
-        assert len(pids) == 3 and all(psutil.pid_exists(p) for p in pids), pids
-        os.kill(driver.pid, signal.SIGKILL)  # no atexit, no finally: Ray and the kernel clean up
+        first, second = json.loads(driver.stdout.readline() or "[[], []]")
+        assert len(first) == len(second) == 3 and all(map(_alive, first + second))
+        os.kill(psutil.Process(first[0]).ppid(), signal.SIGKILL)  # an actor dies, no atexit
+        assert _gone(first), "servers outlived their actor"
+        assert all(map(_alive, second)), "the other deployment is untouched"
+        os.kill(driver.pid, signal.SIGKILL)  # the driver dies: Ray ends its actors
         driver.wait(timeout=30)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.5)
-        assert not [p for p in pids if _alive(p)], "servers outlived their driver"
+        assert _gone(second), "servers outlived their driver"
     finally:
         if driver.poll() is None:
             driver.kill()
+
+
+def _gone(pids: list[int], wait_s: float = 120.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(map(_alive, pids)):
+        time.sleep(0.5)
+    return not any(map(_alive, pids))
 
 
 def _alive(pid: int) -> bool:
