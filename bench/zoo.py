@@ -19,13 +19,16 @@ import logging
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from bench.table import TableRow
 from engine.patches import ZOO
+from workbench.deploy import die_with_this_process
 from workbench.investigate import bisect_commits, investigate, sweep
 from workbench.investigate.zoo import plant_history
 from workbench.observe import Stage
+from workbench.scale import executor_for
 
 log = logging.getLogger(__name__)
 DETECT_S, DETECTED, LOCALIZED, POSTERIOR = 180.0, 0.95, 0.90, 0.95
@@ -103,24 +106,31 @@ class ZooResult:
                         "bugs localized correctly / zoo bugs", f"{loc}/{n}")
 
 
-def bisect_row(bug: str, shape: str, work: Path, seed: int, max_trials: int) -> tuple:
+def bisect_row(bug: str, shape: str, work: Path, seed: int, max_trials: int,
+               deployments: int = 1) -> tuple:
     hist = plant_history(Path.cwd(), bug, work / f"history-{bug}", seed=seed)
     res = bisect_commits(hist.path, hist.good, hist.bad, shape=shape, confidence=POSTERIOR,
                          store=work / f"bisect-{bug}.sqlite", log_dir=work / f"blogs-{bug}",
-                         max_trials=max_trials, seed=seed)
+                         max_trials=max_trials, seed=seed, deployments=deployments)
     right = res.claimed == hist.culprit  # claimed: only a converged bisection names one
     outcome = "right" if right else "wrong" if res.claimed else res.outcome.value
     return res.trials_spent, right, round(float(res.confidence), 3), outcome
 
 
-def run_bug(bug: str, work: Path, seed: int, do_bisect: bool, max_trials: int) -> ZooRow:
+def run_bug(bug: str, work: Path, seed: int, do_bisect: bool, max_trials: int,
+            deployments: int = 1, bind: bool = False) -> ZooRow:
+    """One bug blind: investigate, then bisect its planted history with ``deployments`` pairs.
+    ``bind``: run as a Ray task, whose servers must die with the worker."""
+    if bind:
+        die_with_this_process()
     inv = investigate(patches=[bug], seed=seed, out_dir=work / bug, cap_s=DETECT_S * 1.5)
     stage = inv.diagnosis.stage
     row = ZooRow(bug, inv.found, inv.sweep.fired, inv.first_flag_s,
                  stage.name.lower() if stage is not None else "none", inv.diagnosis.basis,
                  stage in TRUTH[bug])
     if do_bisect and inv.found:
-        trials, right, post, outcome = bisect_row(bug, inv.sweep.fired, work, seed, max_trials)
+        trials, right, post, outcome = bisect_row(bug, inv.sweep.fired, work, seed, max_trials,
+                                                  deployments)
         row = ZooRow(**{**row.__dict__, "bisect_trials": trials, "bisect_right": right,
                         "posterior": post, "bisect_outcome": outcome})
     log.info("zoo %s: %s", bug, row)
@@ -128,12 +138,19 @@ def run_bug(bug: str, work: Path, seed: int, do_bisect: bool, max_trials: int) -
 
 
 def measure(bugs: tuple[str, ...] = ZOO, seed: int = 0, bisect: bool = True,
-            max_trials: int = 30, work: Path | None = None, control: bool = True) -> ZooResult:
+            max_trials: int = 30, work: Path | None = None, control: bool = True,
+            deployments: int = 1, workers: int = 1, address: str | None = None) -> ZooResult:
     """Investigates ``bugs`` blind, then (``control``) sweeps the fixed code; a result without
-    the control reports -1 control anomalies and 0 requests."""
+    the control reports -1 control anomalies and 0 requests. Bugs are tasks of
+    ``executor_for(workers, address)``: in order here by default (first-flag times are only
+    comparable on an unshared machine), at once on Ray with more workers."""
     t0 = time.monotonic()
     work = work or Path(tempfile.mkdtemp(prefix="pdwb-zoo-"))
-    rows = tuple(run_bug(b, work, seed, bisect, max_trials) for b in bugs)
+    ex = executor_for(workers, address)
+    one = partial(run_bug, work=work, seed=seed, do_bisect=bisect, max_trials=max_trials,
+                  deployments=deployments, bind=not ex.local)
+    rows = tuple(ex.map(one, bugs, label="zoo", unit="bugs", flag="missed",
+                        failed=lambda r: not r.detected))
     anomalies, requests = -1, 0
     if control:
         fixed = sweep((), seed=seed, log_dir=work / "control", stop_on="anomalies")
@@ -170,11 +187,15 @@ def main(argv: list[str] | None = None) -> ZooResult:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-trials", type=int, default=30)
     ap.add_argument("--no-control", action="store_true", help="skip the fixed-code sweep")
+    ap.add_argument("--deployments", type=int, default=1, help="pairs per bisection at once")
+    ap.add_argument("--workers", type=int, default=1, help="bugs at once (Ray when > 1)")
+    ap.add_argument("--address", default=None, help="a Ray cluster for the bugs")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     res = measure(tuple(args.bugs), args.seed, not args.no_bisect, args.max_trials,
-                  control=not args.no_control)
+                  control=not args.no_control, deployments=args.deployments,
+                  workers=args.workers, address=args.address)
     report(res)
     return res
 

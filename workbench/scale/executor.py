@@ -262,12 +262,12 @@ _SHARED: Executor | None = None
 def executor_for(workers: int | None = None, address: str | None = None) -> Executor:
     """``workers=1`` (and no address): a fresh in-process executor. Otherwise this process's
     shared Ray executor: started on first use with that placement, reused by every later
-    search (a notebook starts Ray once), stopped at exit. ``$PDWB_WORKERS`` sets the default
-    ``workers``."""
+    search (a notebook starts Ray once), stopped at exit, with the dashboard when ``ray[default]``
+    is installed. ``$PDWB_WORKERS`` sets the default ``workers``."""
     global _SHARED
     if workers is None and address is None and os.environ.get("PDWB_WORKERS"):
         workers = int(os.environ["PDWB_WORKERS"])
-    placement = Placement(workers, address)
+    placement = Placement(workers, address, dashboard=_has_dashboard())
     if placement.local:
         return Executor(placement)
     import ray
@@ -275,3 +275,8 @@ def executor_for(workers: int | None = None, address: str | None = None) -> Exec
         _SHARED = Executor(placement)
         atexit.register(_SHARED.close)
     return _SHARED
+
+
+def _has_dashboard() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("aiohttp") is not None  # ray[default]'s dashboard server
