@@ -135,3 +135,14 @@ def test_progress_row_is_stock_over_paced_latency_of_the_first_backend():
     row = ProgressPacing(figs).table_row()
     assert row.ratio == 2.0 and row.measured.startswith("vllm: idle 1.99 -> 0.06 cores")
     assert "errors 1 -> 0" in row.measured and "embedded" in row.measured
+
+
+def test_sim_throughput_row_is_two_workers_over_one_and_checks_identity():
+    from bench.sim_throughput import Throughput, Verdict, Way
+
+    same = (Verdict(0, False, "a"), Verdict(1, True, "b"))
+    res = Throughput((Way("in process", same, 10.0), Way("ray, 2 workers", same, 5.0, 2.0)))
+    assert res.ratio() == 2.0 and res.identical
+    assert "identical" in res.table_row().measured
+    other = Way("ray, 2 nodes", (Verdict(0, False, "a"), Verdict(1, True, "c")), 5.0)
+    assert not Throughput((*res.ways, other)).identical

@@ -372,6 +372,55 @@ HIGHLIGHT = """(() => {
     })()"""
 
 
+MAP_AND_TIMELINE = [  # appended to the lab's copy: the other views, on notebook 01's own run
+    "from workbench import sim\n"
+    "from workbench.report.divergence import divergence_map\n"
+    "from workbench.report.live import divergence_view, schedule_view\n"
+    "from workbench.report.timeline import schedule_timeline\n"
+    "caps = {p.name for p in buggy.captures}\n"
+    "room = next(r for r in investigate.flagged_requests(buggy)['room'].to_list()\n"
+    "            if {f'room-{r}-prefill.safetensors', f'room-{r}-decode.safetensors'} <= caps)\n"
+    "divergence_view(divergence_map(buggy, room))",
+    "schedule_view(schedule_timeline(sim.run(buggy_patches, 0, sim.Workload(sessions=2,\n"
+    "                                                                       max_tokens=16))))",
+]
+CANVAS = """(() => { const c = [...document.querySelectorAll('.jp-OutputArea canvas')].pop();
+    if (!c || !c.width) return null;
+    c.scrollIntoView({block: 'center'}); const b = c.getBoundingClientRect();
+    c.dispatchEvent(new MouseEvent('click', {clientX: b.left + 2, clientY: b.top + 2,
+                                             bubbles: true}));
+    return {w: c.width, h: c.height}; })()"""
+CLICKED = """(() => { const t = [...document.querySelectorAll('.jp-OutputArea .widget-html')]
+    .map(e => e.textContent).find(s => s.includes('max |diff|'));
+    return t || null; })()"""
+TIMELINE = """(() => { const i = [...document.querySelectorAll('.jp-OutputArea .widget-image')]
+    .pop(); if (!i || !i.naturalWidth) return null;
+    i.scrollIntoView({block: 'center'}); return {w: i.naturalWidth, h: i.naturalHeight}; })()"""
+
+
+def _through_sglang(ipynb: Path) -> None:
+    """Notebook 01 (the lab's copy) with SGLang's Rust router in front of the same servers:
+    the reproduction, the views and the report through real SGLang software in one run; then
+    a divergence map of one of its flagged rooms and a simulated schedule's timeline."""
+    nb = nbformat.read(ipynb, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert 'router = "embedded"' in cell.source
+    cell.source = cell.source.replace('router = "embedded"', 'router = "sglang"')
+    nb.cells += [nbformat.v4.new_code_cell(src) for src in MAP_AND_TIMELINE]
+    nbformat.write(nb, ipynb)
+
+
+def _map_and_timeline(browser: Browser, shots: Path) -> None:
+    """The divergence map renders as a canvas whose clicked cell shows its values, and the
+    schedule timeline as an image (screenshots of both)."""
+    grid = browser.wait_for(CANVAS, RENDER_S, "the divergence map's canvas")
+    values = browser.wait_for(CLICKED, RENDER_S, "the clicked cell's values")
+    print("map screenshot", browser.screenshot(shots / "divergence-map.png"), grid, values)
+    timeline = browser.wait_for(TIMELINE, RENDER_S, "the schedule timeline's image")
+    print("timeline screenshot", browser.screenshot(shots / "timeline.png"), timeline)
+    assert grid["w"] > 0 and timeline["w"] > 0 and "max |diff|" in values
+
+
 def _run_notebook_01(browser: Browser, shots: Path) -> list[int]:
     """Runs every cell; returns the monitor tick counts seen live (a screenshot at each)."""
     browser.evaluate(  # the render test may have shut this notebook's kernel down: start one
@@ -399,6 +448,7 @@ def _run_notebook_01(browser: Browser, shots: Path) -> list[int]:
 @pytest.mark.notebook
 @pytest.mark.servers
 @pytest.mark.nixl
+@pytest.mark.sglang
 @pytest.mark.timeout(NB01_S + 300)
 def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
     from support.glyphs import marker_shape
@@ -407,6 +457,7 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
     from workbench.judge import read_findings
     from workbench.report import export_html
 
+    _through_sglang(lab.root / NB01)
     try:
         _open(browser, NB01)
         ticks = _run_notebook_01(browser, tmp_path)
@@ -417,6 +468,7 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
         time.sleep(1.0)  # let the notebook's scroller settle on the highlight (a picture only)
         print("explorer screenshot", browser.screenshot(tmp_path / "explorer.png"), picked, hit)
         assert "wb-first-diff" in hit["cls"] and hit["text"], hit
+        _map_and_timeline(browser, tmp_path)
         browser.evaluate("window.jupyterapp.commands.execute('docmanager:save').then(() => 1)",
                          timeout=RENDER_S)
     except CDPError as e:
@@ -426,6 +478,7 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
     name = "01_reproduce_corruption.py"
     ledger = read_findings(lab.root / "notebooks" / "runs" / "findings.jsonl")
     assert ledger.height == FINDINGS[name] and ledger["held"].all(), ledger
+    assert all(json.loads(r)["router"] == "sglang" for r in ledger["replay"].to_list())
     html = export_html(lab.root / NB01, tmp_path / "01.html")
     text = html.read_text()
     assert RENDERED[name] in text and "Traceback" not in text
