@@ -47,6 +47,18 @@ def frame() -> pl.DataFrame:
     return pl.DataFrame([r.row() for r in recs], infer_schema_length=None)
 
 
+def test_the_explorer_widget_lists_flagged_requests_and_shows_the_one_picked(frame):
+    from workbench.report.explorer_widget import ExplorerWidget
+
+    view = ExplorerWidget(Explorer(frame))
+    assert view.verdict.value == "flagged" and len(view.pick.options) == 3
+    assert view.button.disabled  # no replay target given
+    view.pick.value = view.pick.options[0][1]
+    assert "wb-first-diff" in view.pane.value
+    view.session.value = "2"
+    assert [v for _, v in view.pick.options] == [2]
+
+
 def test_explorer_rows_carry_a_verdict_and_filter(frame):
     rows = requests_table(frame)
     assert rows["verdict"].to_list() == ["clean", "leaked", "mismatched", "drifted"]

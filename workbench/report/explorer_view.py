@@ -69,7 +69,7 @@ class Explorer(View):
                     + "".join(shown), self.kind)
 
     def widget(self):
-        from workbench.drive.progress import in_notebook
+        from workbench.scale import in_notebook
 
         if self._widget is None and in_notebook():
             from workbench.report.explorer_widget import build

@@ -24,55 +24,66 @@ def _value(dd, cast=str):
 
 def build(ex):
     """A VBox driving ``ex`` (an ``Explorer``): choosing a request shows its detail."""
-    import ipywidgets as w
+    return ExplorerWidget(ex).box
 
-    rows = ex.rows
-    verdict = _dropdown(w, "verdict", ["flagged", *[v for v in VERDICTS if v in
-                                                    options(rows, "verdict")]])
-    verdict.value = "flagged" if "flagged" in verdict.options else ANY
-    session = _dropdown(w, "session", options(rows, "session"))
-    shape = _dropdown(w, "shape", [s for s in options(rows, "shape") if s])
-    finish = _dropdown(w, "finish", options(rows, "finish_reason"))
-    pick = w.Select(options=[], rows=8, description="request",
-                    layout=w.Layout(width="95%"))
-    pane = w.HTML(layout=w.Layout(width="100%"))
-    button = w.Button(description="replay alone", icon="play",
-                      disabled=ex.target is None)
-    outcome = w.HTML()
 
-    def refilter(_=None) -> None:
-        flt = ExplorerFilter(_value(verdict), _value(session, int), _value(shape),
-                             _value(finish))
-        df = worst_first(ex.filter(flt))  # leaks and mismatches first
-        pick.options = [(f"#{r['request']} s{r['session']} t{r['turn']} {r['kind']} "
-                         f"{r['verdict']} ({r['finish_reason']})", r["request"])
-                        for r in df.iter_rows(named=True)]
+class ExplorerWidget:
+    """Filters, the request list (worst first), the detail pane and the replay button of one
+    ``Explorer``; ``box`` is what a notebook shows. A failed replay is shown, never raised."""
 
-    def show(_=None) -> None:
-        outcome.value = ""
-        if pick.value is None:
-            pane.value = "<i>no request chosen</i>"
+    def __init__(self, ex) -> None:
+        import ipywidgets as w
+
+        self.ex, rows = ex, ex.rows
+        verdicts = ["flagged", *[v for v in VERDICTS if v in options(rows, "verdict")]]
+        self.verdict = _dropdown(w, "verdict", verdicts)
+        self.verdict.value = "flagged" if "flagged" in self.verdict.options else ANY
+        self.session = _dropdown(w, "session", options(rows, "session"))
+        self.shape = _dropdown(w, "shape", [s for s in options(rows, "shape") if s])
+        self.finish = _dropdown(w, "finish", options(rows, "finish_reason"))
+        self.pick = w.Select(options=[], rows=8, description="request",
+                             layout=w.Layout(width="95%"))
+        self.pane, self.outcome = w.HTML(layout=w.Layout(width="100%")), w.HTML()
+        self.button = w.Button(description="replay alone", icon="play",
+                               disabled=ex.target is None)
+        self._wire()
+        self.box = w.VBox([w.HBox([self.verdict, self.session, self.shape, self.finish]),
+                           self.pick, self.pane, w.HBox([self.button, self.outcome])],
+                          layout=w.Layout(width="100%"))
+
+    def _wire(self) -> None:
+        for dd in (self.verdict, self.session, self.shape, self.finish):
+            dd.observe(self.refilter, names="value")
+        self.pick.observe(self.show, names="value")
+        self.button.on_click(self.replay)
+        self.refilter()
+        self.show()
+
+    def refilter(self, _=None) -> None:
+        flt = ExplorerFilter(_value(self.verdict), _value(self.session, int),
+                             _value(self.shape), _value(self.finish))
+        df = worst_first(self.ex.filter(flt))  # leaks and mismatches first
+        self.pick.options = [(f"#{r['request']} s{r['session']} t{r['turn']} {r['kind']} "
+                              f"{r['verdict']} ({r['finish_reason']})", r["request"])
+                             for r in df.iter_rows(named=True)]
+
+    def show(self, _=None) -> None:
+        self.outcome.value = ""
+        if self.pick.value is None:
+            self.pane.value = "<i>no request chosen</i>"
             return
-        pane.value = (font_face_css() + CSS + '<div class="wb-view wb-explorer">'
-                      + detail_html(ex.detail(pick.value)) + "</div>")
+        self.pane.value = (font_face_css() + CSS + '<div class="wb-view wb-explorer">'
+                           + detail_html(self.ex.detail(self.pick.value)) + "</div>")
 
-    def replay(_=None) -> None:
-        if pick.value is None:
+    def replay(self, _=None) -> None:
+        if self.pick.value is None:
             return
-        button.disabled, outcome.value = True, "replaying alone..."
+        self.button.disabled, self.outcome.value = True, "replaying alone..."
         try:
-            outcome.value = f"<b>{html.escape(ex.replay(pick.value).describe())}</b>"
+            got = self.ex.replay(self.pick.value).describe()
+            self.outcome.value = f"<b>{html.escape(got)}</b>"
         except Exception as exc:  # noqa: BLE001 - shown in the view, the kernel goes on
             log.warning("replay failed: %s", exc)
-            outcome.value = f"<b>replay failed:</b> {html.escape(str(exc)[:300])}"
+            self.outcome.value = f"<b>replay failed:</b> {html.escape(str(exc)[:300])}"
         finally:
-            button.disabled = False
-
-    for dd in (verdict, session, shape, finish):
-        dd.observe(refilter, names="value")
-    pick.observe(show, names="value")
-    button.on_click(replay)
-    refilter()
-    show()
-    return w.VBox([w.HBox([verdict, session, shape, finish]), pick, pane,
-                   w.HBox([button, outcome])], layout=w.Layout(width="100%"))
+            self.button.disabled = False

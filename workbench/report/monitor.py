@@ -181,7 +181,7 @@ class Monitor(View):
             self.stop()
 
     def _show_live(self):
-        from workbench.drive.progress import in_notebook
+        from workbench.scale import in_notebook
 
         if not in_notebook():
             return None
