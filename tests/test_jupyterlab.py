@@ -358,7 +358,8 @@ NB_STATE = """(() => { const w = window.__wbPanel, cells = w.content.widgets;
     return {done: done && k && k.status === 'idle', ran: code.filter(
         c => c.model.executionCount !== null).length, of: code.length}; })()"""
 PICK_FLAGGED = """(() => {
-    const sel = [...document.querySelectorAll('.jp-OutputArea .widget-select select')].pop();
+    const sel = [...document.querySelectorAll('.jp-OutputArea .widget-select select')]
+        .find(s => [...s.options].some(o => /^#\\d+\\ss\\d+\\st\\d+/.test(o.text)));
     if (!sel) return null;
     const opt = [...sel.options].find(o => /\\b(leaked|mismatched)\\b/.test(o.text));
     if (!opt) return {options: [...sel.options].map(o => o.text)};
@@ -407,7 +408,10 @@ def _through_sglang(ipynb: Path) -> None:
     assert 'router = "embedded"' in cell.source
     cell.source = cell.source.replace('router = "embedded"', 'router = "sglang"')
     nb.cells += [nbformat.v4.new_code_cell(src) for src in MAP_AND_TIMELINE]
+    import jupytext  # both sides of the jupytext pair, or JupyterLab refuses the newer one
+
     nbformat.write(nb, ipynb)
+    jupytext.write(nb, ipynb.with_suffix(".py"), fmt="py:percent")
 
 
 def _map_and_timeline(browser: Browser, shots: Path) -> None:
