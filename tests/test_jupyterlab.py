@@ -342,6 +342,7 @@ def test_ipywidgets_render_through_the_kernel(lab, browser, tmp_path):
 
 
 NB01 = "notebooks/01_reproduce_corruption.ipynb"
+NB01_VIEWS = "notebooks/01_views_through_sglang.ipynb"  # a new path: the render test opened NB01
 NB01_S = 900  # the whole notebook on a busy 2-core machine
 MONITOR_TICKS = """(() => {
     const p = document.querySelector('.jp-OutputArea .wb-monitor-panel[data-state="live"]');
@@ -399,7 +400,7 @@ TIMELINE = """(() => { const i = [...document.querySelectorAll('.jp-OutputArea .
     i.scrollIntoView({block: 'center'}); return {w: i.naturalWidth, h: i.naturalHeight}; })()"""
 
 
-def _through_sglang(ipynb: Path) -> None:
+def _through_sglang(ipynb: Path, out: Path) -> None:
     """Notebook 01 (the lab's copy) with SGLang's Rust router in front of the same servers:
     the reproduction, the views and the report through real SGLang software in one run; then
     a divergence map of one of its flagged rooms and a simulated schedule's timeline."""
@@ -410,8 +411,8 @@ def _through_sglang(ipynb: Path) -> None:
     nb.cells += [nbformat.v4.new_code_cell(src) for src in MAP_AND_TIMELINE]
     import jupytext  # both sides of the jupytext pair, or JupyterLab refuses the newer one
 
-    nbformat.write(nb, ipynb)
-    jupytext.write(nb, ipynb.with_suffix(".py"), fmt="py:percent")
+    nbformat.write(nb, out)
+    jupytext.write(nb, out.with_suffix(".py"), fmt="py:percent")
 
 
 def _map_and_timeline(browser: Browser, shots: Path) -> None:
@@ -461,9 +462,9 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
     from workbench.judge import read_findings
     from workbench.report import export_html
 
-    _through_sglang(lab.root / NB01)
+    _through_sglang(lab.root / NB01, lab.root / NB01_VIEWS)
     try:
-        _open(browser, NB01)
+        _open(browser, NB01_VIEWS)
         ticks = _run_notebook_01(browser, tmp_path)
         assert len(ticks) >= 5, f"the monitor updated {ticks} while the load ran"
         picked = browser.wait_for(PICK_FLAGGED, RENDER_S, "the explorer's request list")
@@ -483,7 +484,7 @@ def test_notebook_01_views_in_jupyterlab_and_its_report(lab, browser, tmp_path):
     ledger = read_findings(lab.root / "notebooks" / "runs" / "findings.jsonl")
     assert ledger.height == FINDINGS[name] and ledger["held"].all(), ledger
     assert all(json.loads(r)["router"] == "sglang" for r in ledger["replay"].to_list())
-    html = export_html(lab.root / NB01, tmp_path / "01.html")
+    html = export_html(lab.root / NB01_VIEWS, tmp_path / "01.html")
     text = html.read_text()
     assert RENDERED[name] in text and "Traceback" not in text
     assert 'data-state="stopped"' in text and 'alt="pair monitor"' in text  # static monitor
