@@ -7,30 +7,12 @@ import math
 
 import numpy as np
 import pytest
+from test_bisect import CANDIDATES, Interrupted, culprit_trial
 
 from bench.bisect_rounds import run_rounds
 from workbench.search import Posterior, RatePrior, TrialStore
 from workbench.search.batch import JointRound, choose_batch
 from workbench.search.bisect import bisect
-
-CANDIDATES = [f"v{i:02d}" for i in range(16)]
-
-
-def culprit_trial(culprit: int, rate: float, calls: list | None = None, limit: int | None = None):
-    """Seeded flaky reproduction: candidates at/after ``culprit`` fail with ``rate``."""
-    seen = calls if calls is not None else []
-
-    def trial(candidate: str, seed: int) -> bool:
-        if limit is not None and len(seen) >= limit:
-            raise Interrupted(f"killed after {limit} trials")
-        seen.append((candidate, seed))
-        return CANDIDATES.index(candidate) >= culprit and (seed >> 10) / 2.0**53 < rate
-
-    return trial
-
-
-class Interrupted(Exception):
-    """Stands in for a killed worker in the resume test."""
 
 
 def brute_force_information(grid, probes: tuple[int, ...]) -> float:

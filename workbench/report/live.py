@@ -8,7 +8,6 @@ and position, and both sides' values are shown beside it.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 
@@ -22,6 +21,7 @@ from workbench.report.divergence import (
 )
 from workbench.report.fallback import LiveView, png_of
 from workbench.report.heatgrid import CellGrid, panel_colours
+from workbench.report.static import figure_png
 from workbench.report.timeline import (
     BisectionLive,
     ScheduleTimeline,
@@ -32,10 +32,6 @@ from workbench.report.timeline import (
 
 log = logging.getLogger(__name__)
 MAX_LISTED = 200  # bad cells listed per panel (the map still draws them all)
-
-
-def _png_bytes(fig) -> bytes:
-    return base64.b64decode(png_of(fig))
 
 
 class DivergenceView(LiveView):
@@ -150,7 +146,7 @@ class ScheduleView(LiveView):
 
     def _draw(self) -> None:
         lo, hi = self.window.value
-        self.image.value = _png_bytes(plot_schedule_timeline(self.timeline, lo, max(hi, lo + 1)))
+        self.image.value = figure_png(plot_schedule_timeline(self.timeline, lo, max(hi, lo + 1)))
 
 
 def schedule_view(t: ScheduleTimeline, width: int = 400) -> ScheduleView:
