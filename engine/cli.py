@@ -108,8 +108,12 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     commands = {"serve": serve}
+    usage = "usage: python -m engine {serve,train,eval} ... (each takes --help)"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return None
     if not argv or argv[0] not in {*commands, "train", "eval"}:
-        raise SystemExit("usage: python -m engine {serve,train,eval} ...")
+        raise SystemExit(usage)
     if argv[0] == "train":
         from engine.training.train import main as train_main
 

@@ -21,6 +21,7 @@ import pytest
 
 from workbench import dump_buffers, inject_concurrency, launch_pd_pair
 from workbench.deploy import Capability, EngineDied, MissingCapability, lasting
+from workbench.deploy.isa import isa_probe, worker_amx
 from workbench.deploy.vllm import MODEL_DIR
 from workbench.drive import kill_storm, solo_reference, wedge_probe
 from workbench.investigate.storm import StormConfig, findings, run_storm
@@ -35,6 +36,10 @@ from workbench.observe import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.servers, pytest.mark.nixl]
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pdwb_amx_advertised() -> bool:
+    return "amx_tile" in Path("/proc/cpuinfo").read_text()
 
 TEMPLATE_CHECK = """
 import copy, json, sys
@@ -124,6 +129,25 @@ def test_vllm_pd_pair_serves_tool_calls_parsed_by_vllm_over_nixl(pair):
     assert solo.judged == s.completed and solo.baseline_runs == solo.prompts
     assert solo.baseline_mismatches == 0  # greedy vLLM on CPU is deterministic alone
     assert not solo.beyond_baseline, solo.requests.filter(~pl.col("solo_match"))
+
+
+def test_every_worker_reports_its_amx_permission_read_inside_it(pair):
+    """The worker extension answers ``/collective_rpc`` from inside each worker: the site hook
+    asked for AMX tile state where CPUID advertises AMX (so vLLM's AMX kernel cannot SIGILL) and
+    did nothing elsewhere; the fresh-process probe agrees and predicts no SIGILL with the grant,
+    while without it it predicts one exactly where vLLM picks its AMX kernel."""
+    xfail_if_died(pair)
+    workers = worker_amx({s.name: s.url for s in (*pair.prefill, *pair.decode)})
+    assert {w.server for w in workers} == {"prefill0", "decode0"}, workers
+    assert all(not w.error and w.pid for w in workers), workers
+    amx = pdwb_amx_advertised()
+    assert all(w.hook == ("granted" if amx else "no-amx") for w in workers), workers
+    assert all(w.permitted is amx for w in workers), workers
+    granted, bare = isa_probe(grant=True), isa_probe(grant=False)
+    assert granted.grant == ("granted" if amx else "no-amx") and not granted.predicts_sigill
+    assert bare.amx_permitted is False  # the probe reads; it never asks
+    assert bare.predicts_sigill == (bare.attn_isa_bf16 == "amx"
+                                    and bare.amx_permitted_after_import is False)
 
 
 def test_kill_storm_then_drain_is_measured_from_metrics(pair):

@@ -6,7 +6,11 @@ servers load ``data/llama`` (a Llama exported by ``engine.training.hf``) with vL
 DeepSeek-V3.2 tool parser, ``--enforce-eager`` and the ``NixlConnector`` (``kv_both``, CPU
 buffers). Every address is loopback; every cache and log lives in the pair's log folder.
 NIXL's UCX progress thread is paced (``VllmOptions.nixl_progress_delay_us``; see
-``engine/transfer/progress.py``): stock NIXL busy-polls one core per server.
+``engine/transfer/progress.py``): stock NIXL busy-polls one core per server. Every vLLM
+interpreter asks Linux for AMX tile state where CPUID advertises AMX (``VllmOptions.amx_grant``;
+``vllm_site/pdwb_amx.py``): without it vLLM's AMX attention kernel dies by SIGILL. Every worker
+carries the workbench's extension (``vllm_site/pdwb_worker.py``), reached through
+``POST /collective_rpc`` (``worker_rpc``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from engine.config import data_dir
 from engine.transfer.progress import DEFAULT_DELAY_US, DELAY_ENV
 from workbench.deploy.process import LaunchError, ServerProcess, free_port
@@ -26,7 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PINS = ROOT / "scripts" / "vllm-pins.txt"
 MODEL_DIR = data_dir() / "llama"
 SERVED_MODEL = "tiny-llama"
-SITE_DIR = Path(__file__).resolve().parent / "vllm_site"  # its sitecustomize paces NIXL
+SITE_DIR = Path(__file__).resolve().parent / "vllm_site"  # its sitecustomize runs in every vLLM
+WORKER_EXTENSION = "pdwb_worker.WorkbenchExtension"
+AMX_GRANT_ENV = "PDWB_AMX_GRANT"  # vllm_site/pdwb_amx.py reads it (no workbench import there)
 TOOL_PARSER = "deepseek_v32"
 KV_TRANSFER = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
 
@@ -58,7 +66,8 @@ def vllm_python() -> Path:
 class VllmOptions:
     """Per-launch vLLM settings. ``extra_args`` go to both servers' command lines.
     ``nixl_progress_delay_us`` bounds the sleep of NIXL's UCX progress thread (0: NIXL's own
-    busy poll, which takes a core per server even when idle)."""
+    busy poll, which takes a core per server even when idle). ``amx_grant``: every vLLM
+    process asks for AMX tile state before vLLM runs (off only to study the SIGILL it prevents)."""
 
     model_dir: Path = MODEL_DIR
     max_model_len: int = 1024
@@ -66,6 +75,7 @@ class VllmOptions:
     max_num_seqs: int = 64
     extra_args: tuple[str, ...] = ()
     nixl_progress_delay_us: int = DEFAULT_DELAY_US
+    amx_grant: bool = True
 
     def __post_init__(self) -> None:
         if not (Path(self.model_dir) / "config.json").exists():
@@ -98,11 +108,27 @@ def server(name: str, log_dir: Path, opts: VllmOptions, seed: int) -> ServerProc
                 "--enforce-eager", "--max-model-len", str(opts.max_model_len),
                 "--max-num-seqs", str(opts.max_num_seqs), "--seed", str(seed),
                 "--enable-auto-tool-choice", "--tool-call-parser", TOOL_PARSER,
-                "--kv-transfer-config", json.dumps(KV_TRANSFER), *opts.extra_args]
+                "--kv-transfer-config", json.dumps(KV_TRANSFER),
+                "--worker-extension-cls", WORKER_EXTENSION, *opts.extra_args]
+    srv.env.update(site_env(opts))
     srv.env["VLLM_CPU_KVCACHE_SPACE"] = str(opts.kv_cache_gib)
-    srv.env["PYTHONPATH"] = str(SITE_DIR)
-    srv.env[DELAY_ENV] = str(opts.nixl_progress_delay_us)
     return srv
+
+
+def site_env(opts: VllmOptions) -> dict[str, str]:
+    """What the site hook of a vLLM interpreter reads (the ISA probe runs under it too)."""
+    return {"PYTHONPATH": str(SITE_DIR), DELAY_ENV: str(opts.nixl_progress_delay_us),
+            AMX_GRANT_ENV: "1" if opts.amx_grant else "0", "VLLM_SERVER_DEV_MODE": "1"}
+
+
+def worker_rpc(url: str, method: str, timeout_s: float = 30.0) -> list:
+    """Each worker's answer to ``method`` of ``pdwb_worker.WorkbenchExtension`` (``POST
+    /collective_rpc`` on a vLLM server at ``url``). Raises ``httpx.HTTPError`` when the
+    server does not answer."""
+    r = httpx.post(f"{url}/collective_rpc", json={"method": method, "timeout": timeout_s},
+                   timeout=timeout_s + 5)
+    r.raise_for_status()
+    return r.json()["results"]
 
 
 def router(log_dir: Path, prefill: list[ServerProcess], decode: list[ServerProcess]) \

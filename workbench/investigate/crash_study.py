@@ -28,11 +28,10 @@ import polars as pl
 
 from engine.registry import Registry
 from workbench.deploy import EngineDied, LaunchError, lasting, launch_pd_pair
-from workbench.deploy.isa import IsaProbe
+from workbench.deploy.isa import isa_probe, worker_amx
 from workbench.deploy.vllm import VllmOptions
 from workbench.drive import inject_concurrency, wilson
 from workbench.investigate.storm import XFER_COUNT, transfers_before
-from workbench.judge import FindingDraft
 from workbench.observe import MetricsSampler, transfer_stats
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,8 @@ ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_b
 class Condition:
     """One arm of the study: ``busy_cores`` neighbour processes spin while the pair lives;
     ``nixl_delay_us`` paces NIXL's progress thread (0: stock busy poll); ``env`` is added to
-    the servers' environment (ISA caps); ``extra_args`` go to both vLLM servers."""
+    the servers' environment (ISA caps); ``extra_args`` go to both vLLM servers;
+    ``amx_grant``: the site hook asks for AMX tile state (off: the SIGILL can be studied)."""
 
     name: str
     description: str
@@ -51,6 +51,7 @@ class Condition:
     nixl_delay_us: int = 1000
     env: tuple[tuple[str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
+    amx_grant: bool = True
 
 
 CONDITIONS: Registry[Condition] = Registry("condition")
@@ -61,6 +62,9 @@ CONDITIONS.register("stock", Condition("stock", "NIXL's stock busy-polling progr
                                        nixl_delay_us=0))
 CONDITIONS.register("busy-stock", Condition("busy-stock", "a busy neighbour and stock NIXL",
                                             busy_cores=1, nixl_delay_us=0))
+CONDITIONS.register("ungranted", Condition(
+    "ungranted", "quiet, without the site hook's AMX tile-state request (vLLM as shipped)",
+    amx_grant=False))
 CONDITIONS.register("isa-capped", Condition(
     "isa-capped", "oneDNN and ATen capped at AVX2, float32 (vLLM's CPU attention picks its AMX "
     "kernel only for bf16)", env=(("ONEDNN_MAX_CPU_ISA", "AVX2"), ("ATEN_CPU_CAPABILITY", "avx2")),
@@ -98,7 +102,10 @@ class PairOutcome:
     """One fresh pair: ``died`` when a process of it died (``process``, ``signal``,
     ``after_launch_s``, ``transfers_before``: the decode's NIXL transfers before the death,
     ``in_flight``); ``hung`` when one stopped answering; ``launch_error`` when it never came
-    up; ``requests``/``errors`` of its load."""
+    up; ``requests``/``errors`` of its load. ``amx_grant``: the site hook asked for AMX tile
+    state; ``workers_permitted``: each worker's permission read inside it after launch (None:
+    unknown); ``predicted_sigill``: the host's bf16 attention kernel is AMX and some worker does
+    not hold the permission (``isa.WorkerAmx``)."""
 
     condition: str
     index: int
@@ -121,6 +128,14 @@ class PairOutcome:
     xfer_p90_s: float | None = None
     stack: str = ""
     log_tail: tuple[str, ...] = field(default_factory=tuple)
+    amx_grant: bool = True
+    attn_isa: str = ""
+    workers_permitted: tuple[bool | None, ...] = ()
+    predicted_sigill: bool | None = None
+
+    @property
+    def sigill(self) -> bool:
+        return self.died and self.signal == "SIGILL"
 
 
 @contextmanager
@@ -135,11 +150,16 @@ def neighbours(cores: int) -> Iterator[None]:
             p.wait()
 
 
-def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> PairOutcome:
-    """Launches one fresh vLLM pair under ``cond``, plays the load, records what happened."""
+def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8,
+             attn_isa: str = "") -> PairOutcome:
+    """Launches one fresh vLLM pair under ``cond``, reads each worker's AMX permission, plays
+    the load, records what happened. ``attn_isa``: the bf16 attention kernel vLLM picks on this
+    host (``IsaProbe.attn_isa_bf16``; empty: no prediction)."""
     seed, t0 = index, time.time()
-    opts = VllmOptions(nixl_progress_delay_us=cond.nixl_delay_us, extra_args=cond.extra_args)
-    base = PairOutcome(cond.name, index, seed, host(), t0)
+    opts = VllmOptions(nixl_progress_delay_us=cond.nixl_delay_us, extra_args=cond.extra_args,
+                       amx_grant=cond.amx_grant)
+    base = PairOutcome(cond.name, index, seed, host(), t0, amx_grant=cond.amx_grant,
+                       attn_isa=attn_isa)
     with neighbours(cond.busy_cores), _env(dict(cond.env)):
         try:
             pair = launch_pd_pair(backend="vllm", seed=seed, log_dir=log_dir, vllm_options=opts)
@@ -147,6 +167,7 @@ def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> P
             return replace(base, launch_error=str(exc)[-2000:])
         with pair:
             startup = round(time.time() - t0, 1)
+            base = _with_prediction(base, pair)
             with MetricsSampler(pair, interval_s=0.5, names={XFER_COUNT}) as sampler:
                 series_t0 = time.time()
                 load = inject_concurrency(pair, sessions=sessions, turns=2, kill_fraction=0.25,
@@ -167,16 +188,26 @@ def run_pair(cond: Condition, index: int, log_dir: Path, sessions: int = 8) -> P
                     log_tail=tuple(getattr(first, "log_tail", ())[-15:]))
 
 
+def _with_prediction(base: PairOutcome, pair) -> PairOutcome:
+    servers = {s.name: s.url for s in (*pair.prefill, *pair.decode)}
+    permitted = tuple(w.permitted for w in worker_amx(servers))
+    if not base.attn_isa:
+        return replace(base, workers_permitted=permitted)
+    at_risk = base.attn_isa == "amx" and (not permitted or any(p is not True for p in permitted))
+    return replace(base, workers_permitted=permitted, predicted_sigill=at_risk)
+
+
 def run_study(conditions: list[str], pairs: int, out: str | Path, log_root: str | Path,
               start: int = 0) -> list[PairOutcome]:
     """Runs ``pairs`` fresh pairs per condition, interleaving the conditions (pair ``i`` of
     every condition before pair ``i + 1``, so drift over time hits every arm alike); appends
     each outcome to ``out`` as it finishes."""
     conds = [CONDITIONS.get(c) for c in conditions]  # unknown names list the valid ones
+    isa = isa_probe().attn_isa_bf16
     rows = []
     for i in range(start, start + pairs):
         for cond in conds:
-            row = run_pair(cond, i, Path(log_root) / f"{cond.name}-{i}")
+            row = run_pair(cond, i, Path(log_root) / f"{cond.name}-{i}", attn_isa=isa)
             log.info("%s pair %d: died=%s %s %s", cond.name, i, row.died, row.process, row.signal)
             with open(out, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(asdict(row)) + "\n")
@@ -191,6 +222,9 @@ def read_outcomes(path: str | Path) -> pl.DataFrame:
         r = json.loads(line)
         h = r.pop("host")
         r.pop("log_tail", None)
+        permitted = r.pop("workers_permitted", None)
+        if permitted is not None:
+            r["workers_unpermitted"] = sum(p is not True for p in permitted)
         rows.append({**r, "cpu": h["cpu"], "vendor": h["vendor"], "flags": " ".join(h["flags"]),
                      "cores": h["cores"]})
     return pl.DataFrame(rows, infer_schema_length=None)
@@ -240,62 +274,5 @@ def main(argv: list[str] | None = None) -> None:
     print(rates(read_outcomes(args.out)))
 
 
-def findings(outcomes: pl.DataFrame, probe: IsaProbe, here: Host,
-             min_pairs: int = 12) -> list[FindingDraft]:
-    """The study's claims: each condition's death rate with its interval, the cause as far as
-    measured (the ISA probe against where and how pairs died), and NIXL's transfer times."""
-    return [_rate_claim(outcomes, min_pairs), _cause_claim(outcomes, probe, here),
-            _transfer_claim(outcomes)]
-
-
-def _rate_claim(outcomes: pl.DataFrame, min_pairs: int) -> FindingDraft:
-    table = rates(outcomes)
-    arms = "; ".join(f"{r['condition']} {r['died']}/{r['pairs']} (95% CI {r['ci_low']:.2f}-"
-                     f"{r['ci_high']:.2f})" for r in table.iter_rows(named=True))
-    cpus = sorted(set(outcomes["cpu"]))
-    flags = sorted(set(outcomes["flags"]))
-    title = (f"{int(table['died'].sum())} of {len(outcomes)} fresh vLLM PD pairs lost a process "
-             f"under notebook 06's load on {', '.join(cpus)} (ISA flags: {', '.join(flags)}): "
-             f"{arms}")
-    checks = {f"at_least_{min_pairs}_pairs_per_condition": bool(table["pairs"].min() >= min_pairs),
-              "host_recorded_for_every_pair": bool((outcomes["cpu"] != "").all())}
-    return FindingDraft(title, checks, {"rates": table, "hosts": cpus, "flags": flags})
-
-
-def _cause_claim(outcomes: pl.DataFrame, probe: IsaProbe, here: Host) -> FindingDraft:
-    dead = outcomes.filter(pl.col("died"))
-    isa = (f"on {here.cpu} vLLM picks its '{probe.attn_isa_bf16}' attention kernel for bf16 "
-           f"(AMX advertised: {probe.amx_advertised}, AMX tile permission granted: "
-           f"{probe.amx_permitted}); {probe.vllm_calls_init_amx} vLLM source files ask for "
-           f"that permission")
-    if len(dead):
-        sigs = sorted({str(s) for s in dead["signal"]})
-        where = sorted({str(p) for p in dead["process"]})
-        title = (f"Deaths measured: {len(dead)} ({', '.join(where)}, signals {', '.join(sigs)}, "
-                 f"median {dead['transfers_before'].median()} NIXL transfers before); {isa}")
-    else:
-        title = (f"No process died on this host, so the cause is not measured here; {isa}"
-                 + ("; the AMX hypothesis (a tile instruction without the permission: SIGILL) "
-                    "predicts the death on this host" if probe.predicts_sigill else
-                    "; the AMX hypothesis predicts no death here, consistent with 0 deaths"))
-    consistent = len(dead) > 0 or not probe.predicts_sigill
-    return FindingDraft(title, {"isa_probe_ran": True, "deaths_consistent_with_probe":
-                                consistent}, {"probe": asdict(probe), "host": asdict(here),
-                                              "deaths": dead.drop("stack")})
-
-
-def _transfer_claim(outcomes: pl.DataFrame, stall_s: float = 1.0) -> FindingDraft:
-    timed = outcomes.filter(pl.col("xfer_p90_s").is_not_null())
-    per = {c: {"pairs": len(g), "stalled": int((g["xfer_p90_s"] > stall_s).sum()),
-               "worst_p90_s": round(float(g["xfer_p90_s"].max()), 3)}
-           for (c,), g in timed.group_by(["condition"], maintain_order=True)}
-    arms = "; ".join(f"{c} {v['stalled']}/{v['pairs']} (worst {v['worst_p90_s']} s)"
-                     for c, v in per.items())
-    stalled = sum(v["stalled"] for v in per.values())
-    verdict = "still stall on some pairs" if stalled else "no longer stall"
-    title = (f"vLLM's NIXL transfers {verdict} with the progress thread paced: pairs whose p90 "
-             f"transfer time exceeds {stall_s:g} s: {arms}; issue 12 saw a 5 s p90 on an idle "
-             f"pair")
-    return FindingDraft(title, {"transfers_timed": len(timed) > 0},
-                        {"by_condition": per, "median_p90_s": timed["xfer_p90_s"].median(),
-                         "untimed_pairs": len(outcomes) - len(timed)})
+if __name__ == "__main__":
+    main()
