@@ -2,7 +2,7 @@
 
 Run ``python -m bench.bisect_sim --k 1 2 4 8 [--quick]``.  Every cell uses the culprits and
 trial seeds of ``bench.bisect_sim`` (the same draws for every k, so the k's are compared on
-identical problems) and ``bisect(..., workers=k)`` with the default log-uniform rate prior.  A
+identical problems) and ``bisect(..., parallel=k)`` with the default log-uniform rate prior.  A
 *round* is one wait for trials: with k deployments its k trials run at once, so rounds are the
 wall time of a search whose trials take equal time.  Targets: >= 95% right in every cell; at
 the 1% and 5% rates (where repeated trials dominate) k = 8 needs at most 0.35x the rounds of
@@ -56,7 +56,7 @@ def run_rounds_cell(rate: float, n: int, k: int, runs: int, seed: int,
     for r in range(runs):
         culprit = int(rng.integers(0, n))
         res = bisect(candidates, simulated_trial(n, culprit, rate), confidence=confidence,
-                     prior_fail_rate=DEFAULT_PRIOR_FAIL_RATE, seed=seed * 100_003 + r, workers=k)
+                     prior_fail_rate=DEFAULT_PRIOR_FAIL_RATE, seed=seed * 100_003 + r, parallel=k)
         hits += res.culprit == candidates[culprit]
         rounds += res.rounds or 0
         trials += res.trials_spent

@@ -3,10 +3,11 @@
 Run ``python -m bench.zoo [--bugs a b] [--no-bisect] [--no-control]``. For each bug of
 ``engine.patches.ZOO``, ``workbench.investigate.investigation.investigate`` runs with the bug
 enabled and is told nothing else (its default sweep: every shape, then every engine mode, then
-pairs of modes); its diagnosis is scored against ``TRUTH`` (kept here, never read by the
-investigation). For the bisection column, ``workbench.investigate.zoo.plant_history`` plants the
-bug as an unconditional regression in a seeded 16-commit history and ``bisect_commits`` searches
-it with the cell that fired. The fixed control sweeps every cell on the code with no bug.
+pairs of modes); its diagnosis is scored against ``TRUTH`` (the records' ``components``, never
+read by the investigation). For the bisection column, ``workbench.studies.zoo.plant_history``
+plants the bug as an unconditional regression in a seeded 16-commit history and
+``bisect_commits`` searches it with the cell that fired. The fixed control sweeps every cell on
+the code with no bug.
 Targets: >= 95% detected within 180 s on 2 cores, >= 90% attributed to the right component,
 every bisection right at >= 95% posterior or reported as not converged (never a wrong culprit),
 0 anomalies on the fixed code.
@@ -23,37 +24,17 @@ from functools import partial
 from pathlib import Path
 
 from bench.table import TableRow
-from engine.patches import ZOO
+from engine.patches import PATCHES, ZOO
 from workbench.deploy import die_with_this_process
 from workbench.investigate import bisect_commits, investigate, sweep
-from workbench.investigate.zoo import plant_history
 from workbench.observe import Stage
 from workbench.scale import executor_for
+from workbench.studies.zoo import plant_history
 
 log = logging.getLogger(__name__)
 DETECT_S, DETECTED, LOCALIZED, POSTERIOR = 180.0, 0.95, 0.90, 0.95
-P, T, D = Stage.PREFILL, Stage.TRANSFER, Stage.DECODE
-R, E, S = Stage.ROUTER, Stage.ENGINE_LOOP, Stage.SAMPLING
 TRUTH: dict[str, frozenset[Stage]] = {  # where each bug arises (ground truth, for scoring)
-    "abort_orphan_transfer_entry": frozenset({D}),
-    "aux_read_before_landed": frozenset({T}),
-    "aux_slot_double_free": frozenset({T, D}),
-    "chunk_prev_token_dropped": frozenset({P}),
-    "hicache_index_k_no_wait": frozenset({P}),
-    "hicache_kv_no_wait": frozenset({P}),
-    "index_k_not_backed_up": frozenset({P}),
-    "index_k_scale_not_sent": frozenset({T}),
-    "late_notification_recreates_room": frozenset({D}),
-    "late_write_after_abort": frozenset({T, D}),
-    "router_room_block_refill_race": frozenset({R}),
-    "sender_stale_prefix_pages": frozenset({T}),
-    "token_handoff_after_finish": frozenset({E}),
-    "transfer_timeout_leaks_room": frozenset({D}),
-    "overlap_future_token_slot_shift": frozenset({E}),
-    "chunk_end_sample_row_off_by_one": frozenset({P, S}),
-    "radix_partial_page_rounded_up": frozenset({P}),
-    "decode_kv_fp8_roundtrip": frozenset({D}),
-}
+    name: frozenset(Stage[c.name] for c in PATCHES.get(name).components) for name in ZOO}
 
 
 @dataclass(frozen=True)
@@ -123,7 +104,8 @@ def run_bug(bug: str, work: Path, seed: int, do_bisect: bool, max_trials: int,
     ``bind``: run as a Ray task, whose servers must die with the worker."""
     if bind:
         die_with_this_process()
-    inv = investigate(patches=[bug], seed=seed, out_dir=work / bug, cap_s=DETECT_S * 1.5)
+    inv = investigate(patches=[bug], seed=seed, runs_dir=str(work / bug),
+                      cap_s=DETECT_S * 1.5)
     stage = inv.diagnosis.stage
     row = ZooRow(bug, inv.found, inv.sweep.fired, inv.first_flag_s,
                  stage.name.lower() if stage is not None else "none", inv.diagnosis.basis,

@@ -12,9 +12,10 @@
 - ``engine.cache``     page pools, radix prefix cache, HiCache host tier and loader
 - ``engine.model``     the tiny DeepSeek-style model and the no-cache reference
 - ``engine.kernels``   torch / Triton kernel sets
-- ``engine.config``, ``engine.faults``, ``engine.patches``, ``engine.variants``,
-  ``engine.runtime``: settings, fault plans, the patch registry, the seam bug variants plug
-  into (hooks composed once at construction), the thread/clock seam; shared by everything above
+- ``engine.config``, ``engine.faults``, ``engine.variants``, ``engine.patches``,
+  ``engine.runtime``: settings, fault plans, the seam bug variants plug into (hooks composed
+  once at construction), the patch records (one per variant, with its mixins), the thread/clock
+  seam; shared by everything above
 - ``engine.text``      tokenizer, chat template, DSML grammar and tool-call parsers
 - ``engine.registry``  the named-variant registry every seam uses
 
@@ -24,7 +25,7 @@
 from engine.config import EngineConfig
 
 LAYERS = ("__main__", "cli", "sim", "training", "router", "disagg", "serving", "http", "transfer",
-          "core", "cache", "model", "kernels", "config", "faults", "patches", "variants", "runtime",
+          "core", "cache", "model", "kernels", "config", "faults", "variants", "patches", "runtime",
           "text", "registry")
 
 __all__ = ["LAYERS", "EngineConfig"]

@@ -11,6 +11,7 @@ import secrets
 import signal
 
 from engine.config import ConfigError, EngineConfig
+from engine.patches import OVERLAP
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -38,7 +39,7 @@ def serve(argv: list[str]) -> None:
                     help="EngineConfig overrides, e.g. index_k_dtype=bf16 patches=a,b "
                          'faults=\'{"seed": 1}\'')
     ap.add_argument("--overlap-schedule", action="store_true",
-                    help="alias of --set patches=overlap_schedule (added to any other patches)")
+                    help=f"alias of --set patches={OVERLAP} (added to any other patches)")
     ap.add_argument("--debug-token", default=os.environ.get("PDWB_DEBUG_TOKEN"))
     ap.add_argument("--debug-open", action="store_true",
                     help="serve /debug/* to any loopback caller without a token")
@@ -55,7 +56,7 @@ def serve(argv: list[str]) -> None:
     args = ap.parse_args(argv)
     cfg = EngineConfig.from_dict(parse_overrides(args.set))
     if args.overlap_schedule:
-        cfg = cfg.replace(patches=cfg.patches | {"overlap_schedule"})
+        cfg = cfg.replace(patches=cfg.patches | {OVERLAP})
     engine, app = build(args, cfg)
     # a watcher asks a silent server for a stack with SIGUSR2 (workbench.deploy.watch); one thread's
     # only: dumping all threads from a handler while they run can crash the process

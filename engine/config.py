@@ -115,7 +115,7 @@ class EngineConfig:
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
 
     def __post_init__(self) -> None:
-        from engine.patches import PatchSet
+        from engine.patches import PATCHES, PatchSet
         from engine.text.parsers import PARSERS
 
         PARSERS.get(self.tool_parser)
@@ -123,8 +123,9 @@ class EngineConfig:
         object.__setattr__(self, "patches", PatchSet.parse(self.patches).enabled)
         if isinstance(self.faults, dict):
             object.__setattr__(self, "faults", _from_dict(FaultConfig, self.faults))
-        if "bf16_index_k" in self.patches:
-            object.__setattr__(self, "index_k_dtype", "bf16")
+        for name in sorted(self.patches):
+            for key, value in PATCHES.get(name).config:
+                object.__setattr__(self, key, value)
         _check_choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         _check_choice("index_k_dtype", self.index_k_dtype, INDEX_K_DTYPES)
         for name in ("page_size", "num_pages", "max_batch_tokens", "chunk_size", "max_running",

@@ -1,6 +1,7 @@
 """The seam bug variants plug into: each component that has variants defines a hooks class whose
 methods are the correct behaviour at documented points; a variant is a mixin that overrides one
-of them, registered under its patch name (``engine.patches``). ``hooks_for`` composes the
+of them, registered under its patch name (``engine.patches.variant``: the record's
+``behaviour``). ``hooks_for`` composes the
 enabled mixins over the base class once, at construction, so the engine's code calls a hook and
 never asks which variant is on.
 
@@ -13,21 +14,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
+from engine.patches import _MIXINS, variant
+
+__all__ = ["hooks_for", "variant", "variant_names"]
+
 T = TypeVar("T")
-_VARIANTS: dict[str, list[type]] = {}
-
-
-def variant(patch: str):
-    """Registers the decorated mixin as (part of) patch ``patch``'s behaviour."""
-    def register(mixin: type) -> type:
-        _VARIANTS.setdefault(patch, []).append(mixin)
-        return mixin
-    return register
 
 
 def hooks_for(base: type[T], patches: Iterable[str]) -> T:
     """An instance of ``base`` with the mixins of every enabled patch that extend it."""
-    mixins = [m for p in sorted(patches) for m in _VARIANTS.get(p, ()) if issubclass(m, base)]
+    mixins = [m for p in sorted(patches) for m in _MIXINS.get(p, ()) if issubclass(m, base)]
     if not mixins:
         return base()
     return type(f"{base.__name__}[{'+'.join(m.__name__ for m in mixins)}]",
@@ -35,5 +31,6 @@ def hooks_for(base: type[T], patches: Iterable[str]) -> T:
 
 
 def variant_names() -> set[str]:
-    """Patch names with at least one mixin (the rest act through configuration)."""
-    return set(_VARIANTS)
+    """Patch names with at least one mixin registered so far (the rest act through
+    configuration)."""
+    return set(_MIXINS)

@@ -44,8 +44,9 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import Monitor, explore, investigate, judge, record_finding
+from workbench import Monitor, explore, investigate, record_finding
 from workbench.investigate import reproduce
+from workbench.judge import symptoms as symptoms_of
 from workbench.report import plots
 
 pl.Config.set_tbl_rows(30)
@@ -177,7 +178,7 @@ pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])
 
 # %%
 corrupted = investigate.first_flags(buggy).filter(pl.col("v_leaked"))
-seen = judge.symptoms(corrupted)
+seen = symptoms_of(corrupted)
 counts = {col: seen[col].value_counts().sort(col).rows() for col in seen.columns[4:]}
 shown = seen.select(seen.columns[4:])
 print(record_finding(

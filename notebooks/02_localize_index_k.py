@@ -46,9 +46,7 @@ from workbench import (
     record_finding,
     reproduce,
 )
-from workbench.observe import localize
-from workbench.report.divergence import divergence_map
-from workbench.report.live import divergence_view
+from workbench.report import divergence_map, divergence_view
 
 pl.Config.set_tbl_rows(40)
 pl.Config.set_fmt_str_lengths(120)
@@ -60,10 +58,7 @@ bad
 
 # %%
 ref = ReferenceBuffers(rep.engine_config())
-captured = {p.name for p in rep.captures}
-flagged = [r for r in bad["room"].to_list()
-           if all(f"room-{r}-{role}.safetensors" in captured for role in ("prefill", "decode"))]
-locs = [localize(rep, r, ref) for r in flagged[:rooms]]
+locs = investigate.localize_flagged(rep, rooms)
 for loc in locs:
     print(loc.describe())
 loc = locs[0]
@@ -100,7 +95,7 @@ plots.plot_layer_errors(d)
 
 # %%
 firsts = [(x.first.stage.name.lower(), x.first.buffer) for x in locs if x.first is not None]
-replay = {"patches": patches, "shape": shape, "seeds": rep.seeds, "rooms": flagged[:rooms],
+replay = {"patches": patches, "shape": shape, "seeds": rep.seeds, "rooms": [x.room for x in locs],
           "sessions": sessions, "turns": turns, "max_tokens": max_tokens}
 print(record_finding(
     f"first divergence: {loc.describe()}",

@@ -42,8 +42,7 @@ from pathlib import Path
 import polars as pl
 
 from workbench import PatchSeries, bisect_patch_series, record_finding
-from workbench.report import plots
-from workbench.report.live import live_bisection
+from workbench.report import live_bisection, plots
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
 print("candidates:", PatchSeries(tuple(series)).labels())

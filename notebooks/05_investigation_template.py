@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -30,18 +30,8 @@
 # Findings are computed from the run; a clean run states its power instead of certifying.
 
 # %% tags=["parameters"]
-source = None  # a checkout to investigate (default: this one)
-patches = []  # patch variants to enable (a zoo bug, to rehearse)
-seed = 0
-cap_s = None  # bound on the sweep, seconds
-shapes = None  # default: every shape of workbench.drive.SWEEP_ORDER
-modes = None  # engine modes swept after the shapes (default: workbench.drive.MODE_ORDER)
-pairs = True  # then pairs of modes from different axes
-commits = None  # "good..bad" in source's repository, to bisect after a hit
-judge = 2  # rooms per burst the buffer oracle compares with the reference (None: all)
-max_trials = 40  # the bisection's trial budget
-bursts_per_shape = 1
-out_dir = "runs/investigate"
+investigation_file = None  # a result `wb investigate --report` saved: rendered, not rerun
+spec = {}  # fields of investigate.InvestigationSpec (source, patches, shapes, commits, ...)
 findings_ledger = "runs/findings.jsonl"
 
 # %%
@@ -53,12 +43,12 @@ from workbench.report import plots
 
 pl.Config.set_tbl_cols(24)
 pl.Config.set_fmt_str_lengths(120)
-good_bad = tuple(commits.split("..")) if commits else None
-inv = investigate.investigate(source, patches=patches, seed=seed, cap_s=cap_s, shapes=shapes,
-                              modes=modes, pairs=pairs, commits=good_bad, out_dir=out_dir,
-                              judge=judge, max_trials=max_trials,
-                              bursts_per_shape=bursts_per_shape)
+if investigation_file:
+    inv = investigate.Investigation.load(investigation_file)
+else:
+    inv = investigate.investigate(investigate.InvestigationSpec(**spec))
 print(inv.outcome.value, inv.error)
+print(inv.spec)
 rates = inv.summary()  # empty when the engine did not start
 rates.select("shape", "bursts", "requests", "flagged", "mismatched", "leaked", "aborted",
              "errors", "stale_reads", "stale_kv_reads", "late_writes", "failed_rooms",

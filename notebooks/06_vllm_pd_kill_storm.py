@@ -44,13 +44,13 @@ findings_ledger = "runs/findings.jsonl"
 log_dir = "runs/06-vllm"
 
 # %%
-from workbench.investigate.storm import WATCH, StormConfig, findings, launch_and_run
 from workbench.judge import record_drafts
 from workbench.report import plots
+from workbench.studies import storm as storm_study
 
-cfg = StormConfig(sessions=sessions, turns=turns, kill_fraction=kill_fraction, storm=storm,
-                  seed=seed)
-report = launch_and_run(cfg, log_dir)
+cfg = storm_study.StormConfig(sessions=sessions, turns=turns, kill_fraction=kill_fraction,
+                              storm=storm, seed=seed)
+report = storm_study.launch_and_run(cfg, log_dir)
 print(f"vLLM PD pair up in {report.startup_s} s; {report.processes} servers watched")
 print("deployment health:", "every process stayed up" if not report.down else
       "\n  ".join(["", *(o.describe() for o in report.down)]))
@@ -64,7 +64,7 @@ for stage, why in report.skipped.items():
 report.load.summary if report.load else report.launch_error
 
 # %%
-plots.plot_metrics(report.series, WATCH)
+plots.plot_metrics(report.series, storm_study.WATCH)
 
 # %%
 report.tool_table
@@ -112,6 +112,6 @@ if report.transfers is not None:
 # %%
 replay = {"notebook": "06_vllm_pd_kill_storm", "backend": "vllm", "seed": seed,
           "sessions": sessions, "turns": turns, "kill_fraction": kill_fraction, "storm": storm}
-for finding in record_drafts(findings(report), replay=replay, source="06_vllm_pd_kill_storm",
-                             ledger=findings_ledger):
+for finding in record_drafts(storm_study.findings(report), replay=replay,
+                             source="06_vllm_pd_kill_storm", ledger=findings_ledger):
     print(finding)

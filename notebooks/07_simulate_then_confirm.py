@@ -44,8 +44,7 @@ import polars as pl
 
 from workbench import record_finding, sim
 from workbench.investigate import reproduce
-from workbench.report.live import schedule_view
-from workbench.report.timeline import plot_schedule_timeline, schedule_timeline
+from workbench.report import plot_schedule_timeline, schedule_timeline, schedule_view
 
 workload = sim.Workload(sessions=sessions)
 explored = sim.explore(patches, seeds=range(seeds), workload=workload, strategy=strategy,

@@ -24,7 +24,7 @@
 # The workbench's own tools measure it here:
 #
 # - **the rate** with its 95% interval, from fresh pairs under notebook 06's load, one
-#   `workbench.investigate.crash_study` condition at a time (quiet; a busy neighbour core; NIXL's stock
+#   `workbench.studies.crash_study` condition at a time (quiet; a busy neighbour core; NIXL's stock
 #   busy-polling progress thread); every pair records the host's CPU model and ISA flags, which
 #   process died, with which signal (the kernel's own exit record, `workbench.deploy.exits`), after how
 #   many NIXL transfers, with how many requests in flight, and its stack;
@@ -59,17 +59,16 @@ from dataclasses import asdict
 
 import polars as pl
 
-from workbench.deploy.isa import isa_probe
-from workbench.investigate.crash_findings import findings
-from workbench.investigate.crash_study import host, rates, read_outcomes, run_study
+from workbench.deploy import isa_probe
 from workbench.judge import record_drafts
 from workbench.report import plots
+from workbench.studies import crash_findings, crash_study
 
 if pairs > 0:
-    outcomes_file = f"{log_dir}/outcomes.jsonl"
-    run_study(conditions, pairs, outcomes_file, log_dir)
-outcomes = read_outcomes(outcomes_file)
-here = host()
+    outcomes_file = crash_study.outcomes_path(log_dir)
+    crash_study.run_study(conditions, pairs, outcomes_file, log_dir)
+outcomes = crash_study.read_outcomes(outcomes_file)
+here = crash_study.host()
 print(f"this machine: {here.cpu} ({here.vendor}), ISA flags {here.flags}, {here.cores} cores")
 print(f"study: {len(outcomes)} pairs from {outcomes_file}, measured on "
       f"{sorted(set(outcomes['cpu']))}")
@@ -81,13 +80,12 @@ if "amx_tile" not in here.flags:
 # ## Death rate per condition
 
 # %%
-table = rates(outcomes)
+table = crash_study.rates(outcomes)
 print("death rate per condition (95% Wilson interval):")
 table
 
 # %%
-plots.plot_rates(table.rename({"condition": "variant", "death_rate": "rate", "ci_low": "lo",
-                               "ci_high": "hi"}), label="variant")
+plots.plot_rates(table, label="condition")
 
 # %% [markdown]
 # ## Every pair that lost a process: which, how, when
@@ -122,6 +120,6 @@ outcomes.group_by("condition", maintain_order=True).agg(
 # %%
 replay = {"notebook": "08_vllm_worker_death", "outcomes": outcomes_file, "pairs": pairs,
           "conditions": conditions}
-for finding in record_drafts(findings(outcomes, probe, here, min_pairs), replay=replay,
+for finding in record_drafts(crash_findings.findings(outcomes, probe, here, min_pairs), replay=replay,
                              source="08_vllm_worker_death", ledger=findings_ledger):
     print(finding)

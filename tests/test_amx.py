@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workbench" / "deploy" / "vllm_site"))
 import pdwb_amx  # noqa: E402
 
-from workbench.investigate.crash_study import host  # noqa: E402
+from workbench.studies.crash_study import host  # noqa: E402
 
 TILE = Path(__file__).parent / "support" / "amx_tile.py"
 X86_LINUX = platform.system() == "Linux" and platform.machine() == "x86_64"

@@ -88,21 +88,21 @@ def test_a_rare_failure_batch_repeats_the_best_region():
 def test_k_probe_rounds_find_the_culprit(culprit):
     one = bisect(CANDIDATES, culprit_trial(culprit, 0.2), confidence=0.97, seed=culprit)
     four = bisect(CANDIDATES, culprit_trial(culprit, 0.2), confidence=0.97, seed=culprit,
-                  workers=4)
+                  parallel=4)
     assert one.culprit == four.culprit == CANDIDATES[culprit] and four.converged
     assert one.rounds == one.trials_spent
     assert four.rounds == math.ceil(four.trials_spent / 4) < one.rounds
 
 
 def test_k8_bisect_resumes_from_the_store_identically(tmp_path):
-    full = bisect(CANDIDATES, culprit_trial(11, 0.1), seed=7, workers=8,
+    full = bisect(CANDIDATES, culprit_trial(11, 0.1), seed=7, parallel=8,
                   store=TrialStore(tmp_path / "full.db"), experiment="exp")
     calls: list = []
     with TrialStore(tmp_path / "resume.db") as store, pytest.raises(Interrupted):
-        bisect(CANDIDATES, culprit_trial(11, 0.1, calls, limit=37), seed=7, workers=8,
+        bisect(CANDIDATES, culprit_trial(11, 0.1, calls, limit=37), seed=7, parallel=8,
                store=store, experiment="exp")
     with TrialStore(tmp_path / "resume.db") as store:
-        resumed = bisect(CANDIDATES, culprit_trial(11, 0.1, calls), seed=7, workers=8,
+        resumed = bisect(CANDIDATES, culprit_trial(11, 0.1, calls), seed=7, parallel=8,
                          store=store, experiment="exp")
     assert resumed == full and resumed.history.equals(full.history)
     assert full.culprit == CANDIDATES[11] and full.rounds == resumed.rounds

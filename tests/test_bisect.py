@@ -232,42 +232,42 @@ def test_parallel_bisect_runs_trials_concurrently_and_is_deterministic():
             active[0] -= 1
         return inner(candidate, seed)
 
-    first = bisect(CANDIDATES, slow_trial, seed=2, workers=4)
-    again = bisect(CANDIDATES, culprit_trial(9, 0.3), seed=2, workers=4)
+    first = bisect(CANDIDATES, slow_trial, seed=2, parallel=4)
+    again = bisect(CANDIDATES, culprit_trial(9, 0.3), seed=2, parallel=4)
     assert peak[0] > 1, "trials of one step ran at the same time"
     assert first.culprit == CANDIDATES[9] and first.converged
     assert first == again and first.history.equals(again.history)
     assert first.trials_spent == first.history.height
-    with pytest.raises(ValueError, match="workers must be >= 1"):
-        bisect(CANDIDATES, inner, workers=0)
+    with pytest.raises(ValueError, match="parallel must be >= 1"):
+        bisect(CANDIDATES, inner, parallel=0)
 
 
 def test_parallel_bisect_resumes_from_the_store_without_repeating(tmp_path):
-    full = bisect(CANDIDATES, culprit_trial(10, 0.3), seed=4, workers=3,
+    full = bisect(CANDIDATES, culprit_trial(10, 0.3), seed=4, parallel=3,
                   store=TrialStore(tmp_path / "full.db"), experiment="exp")
     calls: list = []
     with TrialStore(tmp_path / "resume.db") as store, pytest.raises(Interrupted):
-        bisect(CANDIDATES, culprit_trial(10, 0.3, calls, limit=20), seed=4, workers=3,
+        bisect(CANDIDATES, culprit_trial(10, 0.3, calls, limit=20), seed=4, parallel=3,
                store=store, experiment="exp")
-    resumed = bisect(CANDIDATES, culprit_trial(10, 0.3, calls), seed=4, workers=3,
+    resumed = bisect(CANDIDATES, culprit_trial(10, 0.3, calls), seed=4, parallel=3,
                      store=TrialStore(tmp_path / "resume.db"), experiment="exp")
     assert resumed == full and resumed.history.equals(full.history)
     assert len(calls) == len(set(calls)) == full.trials_spent  # nothing lost or repeated
 
 
 def test_bisect_batch_never_exceeds_max_trials():
-    res = bisect(CANDIDATES, culprit_trial(9, 0.05), seed=1, workers=4, max_trials=10)
+    res = bisect(CANDIDATES, culprit_trial(9, 0.05), seed=1, parallel=4, max_trials=10)
     assert res.trials_spent == 10 and not res.converged
 
 
 def test_parallel_fixed_repeat_bisect_finds_the_culprit_deterministically():
-    a = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, workers=4)
-    b = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, workers=4)
+    a = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, parallel=4)
+    b = fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), repeats=9, seed=3, parallel=4)
     assert a.culprit == CANDIDATES[6] and a == b and a.history.equals(b.history)
     clean_probes = a.history.group_by("candidate").agg(pl.col("failed").any())
     assert a.trials_spent == a.history.height and clean_probes.height == 4  # log2(16) probes
-    with pytest.raises(ValueError, match="workers must be >= 1"):
-        fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), workers=0)
+    with pytest.raises(ValueError, match="parallel must be >= 1"):
+        fixed_repeat_bisect(CANDIDATES, culprit_trial(6, 1.0), parallel=0)
 
 
 def test_rate_prior_is_normalised_and_validated():

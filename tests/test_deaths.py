@@ -15,8 +15,8 @@ import pytest
 from workbench import dump_buffers, inject_concurrency
 from workbench.deploy import EngineDied, EngineHung, EngineUnreachable, attach, launch_pd_pair
 from workbench.drive import kill_storm, solo_reference, wedge_probe
-from workbench.investigate.storm import StormConfig, findings, run_storm
 from workbench.observe import EngineDownError, drain_check, gauges
+from workbench.studies.storm import StormConfig, findings, run_storm
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl]
 

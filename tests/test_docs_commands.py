@@ -33,7 +33,7 @@ MODULES, WB_SUBS = documented()
 
 
 def test_the_docs_show_commands():
-    assert ("workbench.investigate.crash_study", "") in MODULES
+    assert ("workbench.studies.crash_study", "") in MODULES
     assert {"investigate", "bisect"} <= WB_SUBS
 
 
@@ -52,3 +52,32 @@ def test_wb_subcommand_answers_help(sub, capsys):
         wb_main([sub, "--help"])
     assert done.value.code == 0
     assert f"wb {sub}" in capsys.readouterr().out
+
+
+def _package_rows(section: str) -> list[tuple[str, list[str]]]:
+    """(package, public names) of each row of ARCHITECTURE.md's table under ``section``;
+    ``engine.{a,b}`` rows expand to one package each (their names belong to the first)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text().split(f"## {section}", 1)[1].split("\n## ")[0]
+    rows = []
+    for pkg, names in re.findall(r"^\| `([\w.{},]+)` \|.*\| (.*) \|$", text, re.M):
+        head, _, tail = pkg.partition("{")
+        subs = [head + s for s in tail.rstrip("}").split(",")] if tail else [pkg]
+        found = [n for n in re.findall(r"`([A-Za-z_]\w*)`", names)]
+        rows += [(s, found if i == 0 else []) for i, s in enumerate(subs)]
+    return rows
+
+
+@pytest.mark.parametrize("root", ["engine", "workbench"])
+def test_the_architecture_package_table_matches_the_code(root):
+    """Every unit of ``LAYERS`` has a row, in layer order, and every public name a row lists
+    is exported by that package (or defined by that module)."""
+    import importlib
+
+    rows = _package_rows(f"{root.capitalize()} packages")
+    layers = importlib.import_module(root).LAYERS
+    units = [f"{root}.{u}" for u in layers if u not in ("__main__", "cli") or root == "workbench"]
+    assert [p for p, _ in rows] == units
+    for pkg, names in rows:
+        mod = importlib.import_module(pkg)
+        public = set(getattr(mod, "__all__", ())) or {n for n in vars(mod) if n[0] != "_"}
+        assert set(names) <= public, (pkg, sorted(set(names) - public))

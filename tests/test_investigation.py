@@ -15,6 +15,7 @@ import pytest
 from workbench.investigate import (
     Diagnosis,
     Investigation,
+    InvestigationSpec,
     Outcome,
     Reproduction,
     Sweep,
@@ -43,7 +44,8 @@ def _inv(runs: list[Reproduction], fired: str | None, bisection=None, **kw) -> I
     diag = diagnose(hit, []) if hit is not None else Diagnosis(None, "none", "none", "none")
     outcome = (Outcome.NOTHING_FOUND if hit is None else Outcome.LOCALIZED
                if diag.stage is not None else Outcome.NOT_LOCALIZED)
-    return Investigation(sw, diag, (), bisection, 9.0, outcome, seed=3, **kw)
+    return Investigation(sw, diag, (), bisection, 9.0, outcome, spec=InvestigationSpec(seed=3),
+                         **kw)
 
 
 def _bisection(culprit: str | None, confidence: float, converged: bool) -> BisectResult:
@@ -139,8 +141,8 @@ def test_findings_record_the_investigated_tree_not_the_workbench(tmp_path):
 def test_an_engine_that_cannot_start_is_an_outcome(tmp_path):
     """A real launch of a tree without the engine: the servers exit, the sweep stops, and the
     investigation returns LAUNCH_FAILED with the launcher's message and a held claim."""
-    inv = investigate(tmp_path, shapes=["baseline"], modes=(), out_dir=tmp_path / "runs",
-                      cap_s=120)
+    inv = investigate(source=str(tmp_path), shapes=["baseline"], modes=(),
+                      runs_dir=str(tmp_path / "runs"), cap_s=120)
     assert inv.outcome is Outcome.LAUNCH_FAILED and not inv.found
     assert "engine" in inv.error, inv.error
     [claim] = inv.findings()

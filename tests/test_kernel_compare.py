@@ -1,5 +1,5 @@
 """Kernel-variant comparison, fault injection and bisection over kernel sets
-(workbench.investigate.kernels)."""
+(workbench.studies.kernels)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ import pytest  # noqa: E402
 
 from engine.kernels import KERNELS, get_kernels  # noqa: E402
 from engine.registry import UnknownVariantError  # noqa: E402
-from workbench.investigate.kernel_faults import perturb_op  # noqa: E402
-from workbench.investigate.kernels import (  # noqa: E402
+from workbench.search import (  # noqa: E402
+    bisect,
+    ddmin,  # noqa: E402
+    fixed_repeat_bisect,
+)
+from workbench.studies.kernel_faults import perturb_op  # noqa: E402
+from workbench.studies.kernels import (  # noqa: E402
     OPS,
     compare_kernels,
     kernel_trial,
@@ -20,11 +25,6 @@ from workbench.investigate.kernels import (  # noqa: E402
     mixed_kernel_set,
     model_divergence,
     temporary_kernel_sets,
-)
-from workbench.search import (  # noqa: E402
-    bisect,
-    ddmin,  # noqa: E402
-    fixed_repeat_bisect,
 )
 
 

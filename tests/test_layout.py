@@ -149,8 +149,8 @@ SEAMS_EVERYWHERE = ("engine.config", "engine.patches", "engine.registry", "engin
                     "engine.training.datagen", "engine.core.dump", "engine.serving.responses")
 SEAMS_FOR = {
     "workbench.sim": ("engine.core", "engine.disagg", "engine.sim", "engine.kernels"),
-    "workbench.investigate.kernels": ("engine.core", "engine.kernels"),
-    "workbench.investigate.kernel_faults": ("engine.kernels",),
+    "workbench.studies.kernels": ("engine.core", "engine.kernels"),
+    "workbench.studies.kernel_faults": ("engine.kernels",),
     "workbench.deploy": ("engine.disagg.control", "engine.transfer.progress"),
     "workbench.cli": ("engine.cli",),
 }
@@ -217,7 +217,8 @@ def test_bug_variants_sit_behind_named_seams_not_on_the_hot_path():
     from engine.patches import PATCHES
     from engine.variants import hooks_for, variant_names
 
-    assert variant_names() == set(PATCHES) - {"bf16_index_k"}  # that one is a storage dtype
+    assert variant_names() == {n for n in PATCHES if PATCHES.get(n).behaviour}
+    assert all(PATCHES.get(n).behaviour or PATCHES.get(n).config for n in PATCHES)
     for rel in HOT_PATH:
         text = (ROOT / rel).read_text()
         assert ".has(" not in text, rel
@@ -227,3 +228,87 @@ def test_bug_variants_sit_behind_named_seams_not_on_the_hot_path():
     slots: list[int] = []
     both.release_aux(slots, 3)
     assert slots == [3, 3] and both.frees_aborted_pages_now(False) and both.waits_for_aux()
+
+
+def _string_literals(tree: ast.AST):
+    """(literal, is the argument of a ``variant(...)`` call) for every str constant."""
+    bound = {id(c.args[0]) for c in ast.walk(tree) if isinstance(c, ast.Call) and c.args
+             and getattr(c.func, "id", getattr(c.func, "attr", "")) == "variant"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value, id(node) in bound
+
+
+def test_patch_names_are_spelled_only_in_their_records():
+    """Library code names a patch only in ``engine/patches.py`` (its record and the named roles
+    beside it) or as the ``variant("...")`` that binds its mixin; every list of patches is
+    derived from the records."""
+    from engine.patches import PATCHES
+
+    names, found = set(PATCHES), []
+    for mod, path in _modules().items():
+        if mod.startswith("bench") or mod == "engine.patches":
+            continue
+        for text, bound in _string_literals(ast.parse(path.read_text())):
+            if text in names and not bound:
+                found.append(f"{path.relative_to(ROOT)}: {text}")
+    assert found == [], found
+
+
+def test_every_patch_record_is_complete_and_the_investigation_never_reads_its_truth():
+    from engine.patches import PATCHES, SIMULATED, SIMULATED_PD, ZOO, SimScope
+    from workbench.drive.modes import MODES
+
+    for name in PATCHES:
+        p = PATCHES.get(name)
+        assert bool(p.components) != p.modifier, name  # a bug arises somewhere; a modifier not
+        assert set(p.needs) <= set(MODES), (name, p.needs)
+        assert (name in SIMULATED_PD) == (p.sim is not SimScope.NONE), name
+    assert set(ZOO) - SIMULATED_PD, "the real-only variants exist and are not called simulated"
+    assert SIMULATED <= SIMULATED_PD
+    readers = [m for m, path in _modules().items() if m.startswith("workbench")
+               and ".components" in path.read_text()]
+    assert readers == [], readers
+
+
+def _notebook_cells(path: Path) -> list[tuple[bool, str]]:
+    """(is the parameters cell, source) of each code cell of a jupytext percent notebook."""
+    cells, params, lines = [], False, []
+    for line in path.read_text().splitlines():
+        if line.startswith("# %%"):
+            if lines:
+                cells.append((params, "\n".join(lines)))
+            params, lines = "parameters" in line, []
+            if "[markdown]" in line:
+                params = None
+        elif params is not None:
+            lines.append(line)
+    if lines and params is not None:
+        cells.append((params, "\n".join(lines)))
+    return [(bool(p), src) for p, src in cells]
+
+
+FILE_SUFFIXES = (".safetensors", ".parquet", ".sqlite", ".pickle", ".jsonl", ".json", ".npz")
+
+
+def test_notebooks_call_public_names_and_spell_no_file_names():
+    """A notebook imports ``workbench``'s top-level names or a package's exported ones (its
+    ``__all__``); outside its parameters cell no string names a file (formats belong to the
+    library that writes and reads them)."""
+    bad = []
+    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        for params, src in _notebook_cells(nb):
+            tree = ast.parse(src)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench"):
+                    public = set(importlib.import_module(node.module).__dict__.get("__all__", ()))
+                    deep = node.module.count(".") > 1
+                    bad += [f"{nb.name}: from {node.module} import {a.name}" for a in node.names
+                            if deep or a.name not in public]
+                if not params and isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    bad += [f"{nb.name}: {node.value!r}" for s in FILE_SUFFIXES
+                            if node.value.endswith(s)]
+            bad += [f"{nb.name}: import {a.name}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for a in node.names
+                    if a.name.startswith("workbench.")]
+    assert bad == [], bad

@@ -23,8 +23,8 @@ SMALL = {
                                              "abort_orphan_transfer_entry"],
                                   "sessions": 4, "confidence": 0.8, "max_trials": 24},
     "04_wedge_vs_corruption.py": {},
-    "05_investigation_template.py": {"patches": ["chunk_prev_token_dropped"],
-                                     "shapes": ["baseline"]},
+    "05_investigation_template.py": {"spec": {"patches": ["chunk_prev_token_dropped"],
+                                              "shapes": ["baseline"]}},
     "06_vllm_pd_kill_storm.py": {"sessions": 8, "storm": 16},
     "07_simulate_then_confirm.py": {"seeds": 10, "fixed_seeds": 3, "sessions": 4, "replays": 2},
     "08_vllm_worker_death.py": {},  # reads the committed study (data/findings), probes the ISA
@@ -60,7 +60,7 @@ def test_notebook_executes_and_exports_html(tmp_path, name, request):
     if name.startswith("03"):
         params["store"] = str(tmp_path / "bisect.sqlite")
     if name.startswith("05"):
-        params["out_dir"] = str(tmp_path / "investigate")
+        params["spec"] = {**params["spec"], "runs_dir": str(tmp_path / "investigate")}
     if name.startswith("06"):
         params["log_dir"] = str(tmp_path / "vllm-logs")
     params["findings_ledger"] = str(tmp_path / "findings.jsonl")

@@ -25,6 +25,19 @@ def is_bad(y: int) -> bool:
     return y % 7 == 2  # 9, 16, ...: the first is x=3
 
 
+def test_the_default_search_does_not_wait_for_a_cluster(monkeypatch):
+    """With nothing asked, a quick simulation finds its failing seed in process."""
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("a Ray cluster of an earlier test is up in this process")
+    monkeypatch.delenv("PDWB_WORKERS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    race = ("bf16_index_k", "hicache_index_k_no_wait")
+    found = sim.explore(race, range(20), progress=False)
+    assert found.failures and not ray.is_initialized()
+
+
 def test_map_keeps_item_order_and_cuts_at_the_lowest_failure(ray_cluster):
     items = list(range(40))
     here = Executor(Placement(workers=1))
@@ -34,6 +47,19 @@ def test_map_keeps_item_order_and_cuts_at_the_lowest_failure(ray_cluster):
     cut_here = here.map(jittered_square, items, failed=is_bad, stop=True)
     cut_there = there.map(jittered_square, items, failed=is_bad, stop=True)
     assert cut_here == cut_there == [0, 1, 4, 9]
+
+
+def test_a_staged_map_runs_here_first_then_on_ray_with_the_same_result(ray_cluster):
+    """``local_first_s``: the items run in process until that long has passed, the rest on the
+    (already running) cluster; order and the cut at the lowest failure are kept either way."""
+    items = list(range(40))
+    here = Executor(Placement(workers=1)).map(jittered_square, items)
+    staged = Executor(Placement(address=ray_cluster, local_first_s=0.05))
+    assert not staged.connected
+    assert staged.map(jittered_square, items, chunk=3) == here and staged.connected
+    quick = Executor(Placement(address=ray_cluster, local_first_s=30.0))
+    assert quick.map(jittered_square, items, failed=is_bad, stop=True) == [0, 1, 4, 9]
+    assert not quick.connected  # the failure came first: no cluster was asked for
 
 
 def test_an_exploration_is_identical_on_one_worker_and_on_two_nodes(ray_cluster):

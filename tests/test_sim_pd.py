@@ -91,6 +91,8 @@ def test_pd_sim_refuses_what_it_cannot_drive_and_kills_need_a_pair():
         sim.run(("no_such_patch",), 0, KILLS)
     with pytest.raises(ValueError, match="in a simulated PD pair"):
         sim.run(("late_write_after_abort",), 0, sim.Workload(sessions=1))
+    with pytest.raises(ValueError, match="a real deployment only"):  # its record says so
+        sim.run(("decode_kv_fp8_roundtrip",), 0, KILLS)
     with pytest.raises(ValueError, match="PD pair only"):
         sim.Workload(kill_fraction=0.5)
     with pytest.raises(ValueError, match="not simulated"):

@@ -24,7 +24,6 @@ from workbench.deploy import Capability, EngineDied, MissingCapability, lasting
 from workbench.deploy.isa import isa_probe, worker_amx
 from workbench.deploy.vllm import MODEL_DIR
 from workbench.drive import kill_storm, solo_reference, wedge_probe
-from workbench.investigate.storm import StormConfig, findings, run_storm
 from workbench.observe import (
     MetricsSampler,
     QueueSampler,
@@ -33,6 +32,7 @@ from workbench.observe import (
     scrape,
     transfer_stats,
 )
+from workbench.studies.storm import StormConfig, findings, run_storm
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.servers, pytest.mark.nixl]
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,13 +18,13 @@ import torch
 from engine.core.dump import DumpKey
 from engine.patches import PATCHES, ZOO
 from workbench.drive import SHAPES, SWEEP_ORDER, Shape
-from workbench.investigate import diagnose
+from workbench.investigate import Investigation, diagnose
 from workbench.investigate.bursts import BURST_COLUMNS, Burst, Reproduction, StopOn
 from workbench.investigate.commits import Worktrees, bisect_commits, commit_range, git
-from workbench.investigate.zoo import HARMLESS, plant_history
 from workbench.observe import BufferDump
 from workbench.observe.evidence import Drain, Evidence, reason_kind
 from workbench.observe.localize import Stage, _divergences, _first_token
+from workbench.studies.zoo import HARMLESS, plant_history
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ def test_ci_zoo_finds_and_localizes_blind(tmp_path, bug, shape):
     from bench.zoo import TRUTH
     from workbench.investigate import investigate
 
-    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=[shape], modes=())
+    inv = investigate(patches=[bug], runs_dir=str(tmp_path), shapes=[shape], modes=())
     assert inv.found and inv.sweep.fired == shape, inv.summary()
     assert inv.diagnosis.stage in TRUTH[bug], inv.diagnosis
 
@@ -143,7 +143,7 @@ def test_a_bug_of_one_engine_mode_is_found_by_the_cell_that_turns_it_on(tmp_path
     from workbench.investigate import investigate
 
     bug = "overlap_future_token_slot_shift"
-    inv = investigate(patches=[bug], out_dir=tmp_path, shapes=["baseline"],
+    inv = investigate(patches=[bug], runs_dir=str(tmp_path), shapes=["baseline"],
                       modes=["overlap", "hicache_off"], pairs=False)
     cov = inv.coverage()
     assert inv.sweep.fired == "baseline+overlap", cov
@@ -160,7 +160,7 @@ def test_a_bug_of_one_engine_mode_is_found_by_the_cell_that_turns_it_on(tmp_path
 def test_fixed_control_has_no_anomaly_on_the_baseline_shape(tmp_path):
     from workbench.investigate import investigate
 
-    inv = investigate(out_dir=tmp_path, shapes=["baseline"], modes=())
+    inv = investigate(runs_dir=str(tmp_path), shapes=["baseline"], modes=())
     assert not inv.found and inv.judged > 0 and inv.judged_rooms > 0, inv.summary()
 
 
@@ -188,16 +188,32 @@ def test_bisect_commits_names_the_planted_culprit(tmp_path):
 @pytest.mark.nixl
 def test_wb_investigate_end_to_end_on_a_zoo_bug(tmp_path):
     """The CLI runs the investigation (a library call) blind on one bug: it finds, localizes,
-    records the finding with the investigated tree's commit and writes its report."""
+    records the finding with the investigated tree's commit and writes its report; ``--judge
+    all`` reaches the report's resolution, and ``--report`` renders the result it computed
+    (notebook 05 loads it: no second sweep). The spec read back from the ledger replays the
+    same verdicts."""
     from workbench.cli import main
+    from workbench.investigate import InvestigationSpec, investigate
     from workbench.judge import read_findings
 
-    ledger = tmp_path / "findings.jsonl"
+    ledger, runs = tmp_path / "findings.jsonl", tmp_path / "runs"
     main(["investigate", "--patches", "index_k_scale_not_sent", "--shapes", "baseline",
-          "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(tmp_path / "reports"),
-          "--ledger", str(ledger)])
+          "--modes", "", "--judge", "all", "--runs-dir", str(runs),
+          "--reports-dir", str(tmp_path / "reports"), "--ledger", str(ledger), "--report"])
     text = (tmp_path / "reports" / "investigation.txt").read_text()
     assert "outcome: found and localized" in text and "diagnosis: transfer" in text, text
+    assert "every room" in text, text
     found = read_findings(ledger)
     assert found.height == 1 and found["held"].all(), found
     assert found["commit"][0] is not None and found["source"][0] == "wb investigate"
+    html = (tmp_path / "reports" / "05_investigation_template.html").read_text()
+    assert text.splitlines()[0] in html  # the same elapsed seconds: the result, not a rerun
+    assert "every room" in html
+
+    spec = InvestigationSpec.from_replay(json.loads(found["replay"][0]))
+    assert spec.judge is None and spec.patches == ("index_k_scale_not_sent",)
+    again = investigate(spec, runs_dir=str(tmp_path / "again"))
+    first = Investigation.load(runs / "investigation.pickle")
+    cols = ["seed", "session", "turn", "flagged", "v_leaked", "v_ref_match"]
+    assert again.sweep.fired == first.sweep.fired
+    assert again.sweep.hit.requests.select(cols).equals(first.sweep.hit.requests.select(cols))

@@ -5,8 +5,9 @@ point down ``LAYERS`` (top first; ``tests/test_layout.py`` enforces it):
 
 - ``report``       plots and views for notebook cells (``explore``, ``monitor``), rendering a
                    notebook with its static views and embedded font, the demo
-- ``investigate``  reproduce, sweep, bisect (commits, patch series), kernels, kill-storm and
-                   crash studies, ``investigate`` an unknown bug end to end
+- ``studies``      kill storms, vLLM crash studies, kernel comparisons, planted histories
+- ``investigate``  reproduce, sweep, bisect (commits, patch series), ``investigate`` an
+                   unknown bug end to end (the pipeline; it never calls a study)
 - ``sim``          deterministic simulation of the real engine code in one process
 - ``drive``        seeded agentic load, shapes and workloads, kill storms, the solo reference
 - ``judge``        the independent oracle, verdict rules, symptoms, the findings ledger
@@ -27,8 +28,8 @@ from workbench.observe import ReferenceBuffers, diff_against_reference, dump_buf
 from workbench.report import Monitor, explore, monitor, plots
 from workbench.search import bisect
 
-LAYERS = ("cli", "report", "investigate", "sim", "drive", "judge", "observe", "deploy", "search",
-          "scale")
+LAYERS = ("cli", "report", "studies", "investigate", "sim", "drive", "judge", "observe", "deploy",
+          "search", "scale")
 
 __all__ = [
     "Monitor", "PDPair", "PatchSeries", "ReferenceBuffers", "StopOn", "attach", "bisect",

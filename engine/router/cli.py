@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--health-interval-s", type=float, default=1.0,
                     help="probe upstream /health this often; unhealthy servers get no requests "
                          "until they answer again (0: never probe)")
-    ap.add_argument("--patches", default=os.environ.get("PDWB_ROUTER_PATCHES", ""),
-                    help="comma-separated patch variants (engine.patches) the router runs with "
-                    "(default: $PDWB_ROUTER_PATCHES)")
+    ap.add_argument("--patches", default="",
+                    help="comma-separated patch variants (engine.patches) the router runs with; "
+                    "a launch passes a pair's patches to every process this way")
     args = ap.parse_args(argv)
     try:
         cfg = RouterConfig(tuple(args.prefill), tuple(args.decode), args.seed, args.policy,

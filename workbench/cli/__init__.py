@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from engine.cli import parse_overrides
+from workbench.cli.flags import spec_from_args
 from workbench.cli.parser import LOAD_DEFAULTS, build_parser
 
 log = logging.getLogger("wb")
@@ -117,48 +118,35 @@ def cmd_bisect(args) -> None:
 
 def cmd_investigate(args) -> None:
     from workbench.investigate import investigate
+    from workbench.investigate.spec import InvestigationSpec
     from workbench.judge import record_drafts
 
     if args.report:
         from workbench.report import require_report_extra
 
         require_report_extra("wb investigate --report")
-    good_bad = _commit_range(args.commits, "wb investigate") if args.commits else None
-    inv = investigate(args.source, patches=_names(args.patches), seed=args.seed,
-                      cap_s=args.cap_s, commits=good_bad, out_dir=args.runs_dir,
-                      shapes=_names(args.shapes) or None, judge=args.judge,
-                      max_trials=args.max_trials, bursts_per_shape=args.bursts_per_shape,
-                      modes=_modes(args), pairs=not args.no_pairs)
+    inv = investigate(spec_from_args(InvestigationSpec, args))
     for f in record_drafts(inv.findings(), replay=inv.replay(), tree=inv.tree,
                            source="wb investigate", ledger=args.ledger):
         log.info("%s", f)
-    out = Path(args.out_dir)
+    out = Path(args.reports_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "investigation.txt").write_text(inv.report() + "\n")
     log.info("%s\nwritten to %s", inv.report(), out / "investigation.txt")
     if args.report:
-        _notebook_report(args, out)
+        _notebook_report(inv.save(Path(inv.spec.runs_dir) / RESULT_FILE), out)
 
 
-def _notebook_report(args, out: Path) -> None:
-    """Notebook 05 on the same parameters, executed to HTML (it runs the investigation again:
-    the same seeds give the same sweep)."""
+RESULT_FILE = "investigation.pickle"
+
+
+def _notebook_report(result: Path, out: Path) -> None:
+    """Notebook 05 rendering the investigation saved at ``result`` (it does not run it again)."""
     from workbench.report.render import NOTEBOOKS, run_report
 
-    params = {"source": args.source, "patches": _names(args.patches), "seed": args.seed,
-              "cap_s": args.cap_s, "commits": args.commits, "out_dir": args.runs_dir,
-              "findings_ledger": None, "judge": args.judge, "max_trials": args.max_trials,
-              "bursts_per_shape": args.bursts_per_shape}
-    if args.shapes:
-        params["shapes"] = _names(args.shapes)
-    params.update({"modes": _modes(args), "pairs": not args.no_pairs})
+    params = {"investigation_file": str(result), "findings_ledger": None}
     nb = NOTEBOOKS / "05_investigation_template.py"
     log.info("investigation report written to %s", run_report(nb, params, out))
-
-
-def _modes(args) -> list[str] | None:
-    """``--modes``: None (every mode) when absent, else the names given (possibly none)."""
-    return None if args.modes is None else _names(args.modes)
 
 
 def _commit_range(spec: str, cmd: str) -> tuple[str, str]:
@@ -170,7 +158,7 @@ def _commit_range(spec: str, cmd: str) -> tuple[str, str]:
 
 def cmd_kernels(args) -> None:
     from engine.registry import UnknownVariantError
-    from workbench.investigate.kernels import compare_kernels
+    from workbench.studies.kernels import compare_kernels
 
     try:
         cmp = compare_kernels(args.a, args.b, seed=args.seed, cases=args.cases)
@@ -186,7 +174,7 @@ def cmd_report(args) -> None:
     from workbench.report import run_report
 
     params = {k: _value(v) for k, v in args.param}
-    log.info("report written to %s", run_report(args.notebook, params, args.out_dir))
+    log.info("report written to %s", run_report(args.notebook, params, args.reports_dir))
 
 
 def cmd_workloads(args) -> None:

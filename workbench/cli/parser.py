@@ -9,7 +9,7 @@
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
   wb bisect --commits GOOD..BAD [--shape S --patches a,b --judge N|all --ends-budget 8]
             [--deployments K --workers N --address HOST:PORT]
-  wb investigate [--source DIR --commits GOOD..BAD --judge N|all --bursts-per-shape N]
+  wb investigate [--source DIR --commits GOOD..BAD --judge N|all --report ...]
   wb report NOTEBOOK -p key value ...
   wb kernels --a torch --b triton --out runs/kernels.parquet [--seed 0 --cases 8]
   wb findings [--ledger runs/findings.jsonl] [--out runs/findings.parquet]
@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import argparse
 
+from workbench.cli.flags import add_spec_flags, judge_arg
+from workbench.investigate.spec import JUDGED_ROOMS, InvestigationSpec
+from workbench.search import CONFIDENCE
+
+REPORTS_DIR = "reports"
 LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
                  "duration_s": 300.0, "max_tokens": 160}
 
 
-def judge_arg(text: str) -> int | None:
-    """``--judge``: rooms per burst for the buffer oracle, a count >= 0 or ``all`` (None)."""
-    if text != "all" and not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"--judge wants a count >= 0 or 'all', not {text!r}")
-    return None if text == "all" else int(text)
-
-
 def _search_flags(p: argparse.ArgumentParser, max_trials: int | None, helps: str) -> None:
-    """``--judge`` and ``--max-trials``, which ``wb bisect`` and ``wb investigate`` share."""
-    p.add_argument("--judge", type=judge_arg, default=2, help="rooms per burst the buffer "
-                   "oracle compares with the reference (a count, or all)")
+    """``--judge`` and ``--max-trials`` of ``wb bisect`` (``wb investigate``'s come from its
+    spec)."""
+    p.add_argument("--judge", type=judge_arg, default=JUDGED_ROOMS, help="rooms per burst the "
+                   "buffer oracle compares with the reference (a count, or all)")
     p.add_argument("--max-trials", type=int, default=max_trials, help=helps)
 
 
@@ -83,31 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     _where_flags(bis)
     bis.add_argument("--store", default="runs/bisect.sqlite")
     bis.add_argument("--sessions", type=int, default=6)
-    bis.add_argument("--confidence", type=float, default=0.9)
+    bis.add_argument("--confidence", type=float, default=CONFIDENCE,
+                     help=f"posterior a culprit must reach (default {CONFIDENCE})")
     bis.add_argument("--seed", type=int, default=0)
     rep = sub.add_parser("report")
     rep.add_argument("notebook")
     rep.add_argument("-p", "--param", nargs=2, action="append", default=[],
                      metavar=("KEY", "VALUE"))
-    rep.add_argument("--out-dir", default="reports")
+    rep.add_argument("--reports-dir", default=REPORTS_DIR)
     inv = sub.add_parser("investigate", help="sweep, localize, optionally bisect; records the "
                                              "findings and writes investigation.txt")
-    inv.add_argument("--source", help="checkout to investigate (default: this one)")
-    inv.add_argument("--patches", default="", help="patch variants to enable, comma separated")
-    inv.add_argument("--shapes", default="", help="shapes to sweep (default: all, in order)")
-    inv.add_argument("--modes", help="engine modes swept after the shapes, comma separated "
-                                     "(default: all; '' for none)")
-    inv.add_argument("--no-pairs", action="store_true", help="no pairs of modes")
-    inv.add_argument("--seed", type=int, default=0)
-    inv.add_argument("--cap-s", type=float)
-    inv.add_argument("--commits", metavar="GOOD..BAD", help="bisect this range after a hit")
-    _search_flags(inv, 40, "the bisection's trial budget")
-    inv.add_argument("--bursts-per-shape", type=int, default=1)
-    inv.add_argument("--runs-dir", default="runs/investigate")
-    inv.add_argument("--out-dir", default="reports")
+    add_spec_flags(inv, InvestigationSpec)
+    inv.add_argument("--reports-dir", default=REPORTS_DIR,
+                     help="where investigation.txt and the HTML report go")
     inv.add_argument("--ledger", default="runs/findings.jsonl")
     inv.add_argument("--report", action="store_true",
-                     help="also execute notebook 05 to HTML (needs the report extra)")
+                     help="also render this result with notebook 05 to HTML (needs the report "
+                          "extra; the sweep is not run again)")
     ker = sub.add_parser("kernels", help="compare two kernel sets on seeded inputs")
     ker.add_argument("--a", default="torch")
     ker.add_argument("--b", default="triton")

@@ -5,6 +5,7 @@ Invariant: nothing here judges responses; a ``PDPair`` only says what runs and w
 """
 
 from workbench.deploy.backends import Capability, MissingCapability, require
+from workbench.deploy.isa import IsaProbe, isa_probe
 from workbench.deploy.launch import LaunchSpec, attach, launch_pd_pair
 from workbench.deploy.pair import PDPair, client_headers
 from workbench.deploy.process import LaunchError, ServerProcess, die_with_this_process
@@ -12,6 +13,6 @@ from workbench.deploy.vitals import EngineDied, EngineDown, EngineHung, EngineUn
 from workbench.deploy.watch import ProcessWatch
 
 __all__ = ["Capability", "EngineDied", "EngineDown", "EngineHung", "EngineUnreachable",
-           "LaunchError", "LaunchSpec", "MissingCapability", "PDPair", "ProcessWatch",
-           "ServerProcess", "attach", "client_headers", "die_with_this_process", "lasting",
-           "launch_pd_pair", "require"]
+           "IsaProbe", "LaunchError", "LaunchSpec", "MissingCapability", "PDPair", "ProcessWatch",
+           "ServerProcess", "attach", "client_headers", "die_with_this_process", "isa_probe",
+           "lasting", "launch_pd_pair", "require"]

@@ -33,7 +33,6 @@ __all__ = ["EMBEDDED", "LaunchSpec", "PDPair", "TemplateBackend", "attach", "lau
 log = logging.getLogger(__name__)
 
 PY = shlex.quote(sys.executable)
-ROUTER_PATCHES_ENV = "PDWB_ROUTER_PATCHES"  # engine.router.cli reads its --patches default here
 DEBUG_TOKEN_ENV = "PDWB_DEBUG_TOKEN"  # servers and router read their --debug-token default here
 LAUNCH_ATTEMPTS = 3  # a port handed out can be taken (e.g. as a socket's source port) before
 PORT_TAKEN = "address already in use"  # its server binds it: the launch is retried on new ports
@@ -119,8 +118,7 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
     fill = {"engine_args": spec.engine_args(), "seed": seed, **spec.template_vars}
     started: list[ServerProcess] = []
     # this deployment's control-plane secret and debug token: in the environment, never in argv
-    env = {SECRET_ENV: secrets.token_hex(24), DEBUG_TOKEN_ENV: spec.debug_token,
-           ROUTER_PATCHES_ENV: ",".join(spec.patches)}  # our router's variants (others ignore it)
+    env = {SECRET_ENV: secrets.token_hex(24), DEBUG_TOKEN_ENV: spec.debug_token}
     cwd = Path(source).resolve() if source else None
     if cwd is not None:
         env["PYTHONPATH"] = str(cwd)
@@ -141,7 +139,7 @@ def _launch_embedded(spec: LaunchSpec, backend: TemplateBackend, kind, log_dir: 
         front.argv = kind.argv(RouterArgs(front.host, front.port, tuple(s.url for s in prefill),
                                           tuple(s.port for s in prefill),
                                           tuple(s.url for s in decode), seed,
-                                          env[SECRET_ENV]))
+                                          env[SECRET_ENV], tuple(spec.patches)))
         _start_and_wait([front], started, timeout_s)
     except BaseException:
         _stop(started)

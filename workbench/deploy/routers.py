@@ -33,6 +33,7 @@ class RouterArgs:
     decode: tuple[str, ...]
     seed: int
     secret: str = field(default="", repr=False)  # the deployment's PD secret
+    patches: tuple[str, ...] = ()  # patch variants, in argv as every server gets them
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,8 @@ class RouterKind:
 
 def _embedded(a: RouterArgs) -> list[str]:
     return [sys.executable, "-m", "engine.router", "--host", a.host, "--port", str(a.port),
-            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed)]
+            "--prefill", *a.prefill, "--decode", *a.decode, "--seed", str(a.seed),
+            *(["--patches", ",".join(a.patches)] if a.patches else [])]
 
 
 def _sglang(a: RouterArgs) -> list[str]:

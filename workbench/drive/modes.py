@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
+from engine.patches import BF16_INDEX_K, OVERLAP
 from engine.registry import Registry
 from workbench.drive.shapes import Shape, shape_of
 
@@ -51,9 +52,9 @@ class Mode:
 MODES: Registry[Mode] = Registry("engine mode")
 for _m in (
     Mode("overlap", Axis.OVERLAP, "overlap scheduling (SGLang's default): the next batch is "
-         "prepared while the previous forward runs", patches=("overlap_schedule",)),
-    Mode("bf16_index_k", Axis.INDEX_K, "index-K stored in bf16 (twice fp8's bytes)",
-         patches=("bf16_index_k",)),
+         "prepared while the previous forward runs", patches=(OVERLAP,)),
+    Mode(BF16_INDEX_K, Axis.INDEX_K, "index-K stored in bf16 (twice fp8's bytes)",
+         patches=(BF16_INDEX_K,)),
     Mode("hicache_off", Axis.HICACHE, "no host cache tier: prefixes stay in device pages",
          {"hicache": False, "hicache_offload_on_finish": False}),
     Mode("chunk_64", Axis.CHUNK, "prefill chunks of 64 tokens (every prompt crosses several)",
@@ -67,7 +68,7 @@ for _m in (
     MODES.register(_m.name, _m)
 
 MODE_ORDER: tuple[str, ...] = ("overlap", "hicache_off", "chunk_aligned", "page_aligned",
-                               "chunk_64", "bf16_index_k", "page_32")
+                               "chunk_64", BF16_INDEX_K, "page_32")
 """Single modes in sweep order: SGLang's production defaults first (overlap scheduling on, no
 HiCache host tier), then the workload-only axes, then other configuration changes."""
 

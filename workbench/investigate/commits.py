@@ -19,7 +19,7 @@ from pathlib import Path
 from workbench.drive import Shape, cell_of
 from workbench.investigate.fleet import DeploymentSpec, Fleet
 from workbench.scale import executor_for
-from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
+from workbench.search import CONFIDENCE, BisectOutcome, BisectResult, TrialStore, bisect
 
 log = logging.getLogger(__name__)
 BURST_PRIOR = (1.0, 1.0)  # a burst of many requests fails a sizeable fraction of trials
@@ -67,7 +67,7 @@ class Worktrees:
 
 def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape = "baseline",
                    patches: tuple[str, ...] = (), store: str | Path | None = None,
-                   worktrees: str | Path | None = None, confidence: float = 0.95,
+                   worktrees: str | Path | None = None, confidence: float = CONFIDENCE,
                    max_trials: int = 40, seed: int = 0, log_dir: str | Path | None = None,
                    experiment: str | None = None, judge: int | None = 2,
                    ends_budget: int = ENDS_BUDGET, deployments: int = 1,
@@ -102,7 +102,7 @@ def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape 
                      max_trials=max_trials, seed=seed, store=db,
                      experiment=experiment or f"commits:{commits[0][:12]}..{commits[-1][:12]}",
                      prior_fail_rate=BURST_PRIOR, ends_budget=ends_budget,
-                     workers=deployments)
+                     parallel=deployments)
     finally:
         fleet.close()
         if db is not None:

@@ -17,7 +17,8 @@ flagged requests (``workbench.observe.logs``). With ``commits=(good,
 bad)`` it then bisects that range in ``source``'s repository with the shape that fired. The result
 is an ``Investigation`` (``workbench.investigate.outcome``) whatever happened: an engine that did
 not start, nothing found, a bug found but not localized and a bisection that did not converge are
-outcomes.
+outcomes. What was asked is one frozen ``InvestigationSpec`` (``workbench.investigate.spec``),
+kept on the result.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from workbench.investigate.bursts import Reproduction
 from workbench.investigate.commits import bisect_commits
 from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, column_total
 from workbench.investigate.reproduce import Sweep, sweep
+from workbench.investigate.spec import InvestigationSpec
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
 from workbench.observe.attribution import attribute_tokens, room_conflict, shared_rooms
@@ -168,46 +170,40 @@ def localize_flagged(rep: Reproduction, n: int = 12) -> list[Localization]:
     return out
 
 
-def investigate(source: str | Path | None = None, *, patches: Sequence[str] = (),
-                seed: int = 0, out_dir: str | Path = "runs/investigate",
-                cap_s: float | None = None, commits: tuple[str, str] | None = None,
-                bursts_per_shape: int = 1, max_trials: int = 40,
-                shapes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
-                pairs: bool = True, judge: int | None = 2) -> Investigation:
-    """Sweeps, localizes and (with ``commits=(good, bad)``) bisects the code in ``source``
-    (default this checkout) with ``patches`` enabled; writes captures and logs under
-    ``out_dir``. The sweep's shapes default to ``workbench.drive.shapes.SWEEP_ORDER``, its
-    engine modes to ``workbench.drive.modes.MODE_ORDER`` (each alone, then ``pairs``).
-    ``judge``: unflagged rooms per burst the buffer oracle compares with the reference, in the
-    sweep and in the bisection's trials (0: off, None: every completed one).
+def investigate(spec: InvestigationSpec | None = None, **fields) -> Investigation:
+    """Runs ``spec`` (an ``InvestigationSpec``; ``fields`` build one, or override its fields):
+    sweeps, localizes and (with ``commits="GOOD..BAD"``) bisects the code in ``spec.source``
+    (default this checkout) with ``spec.patches`` enabled; writes captures and logs under
+    ``spec.runs_dir``. The result keeps the spec (``Investigation.spec``).
 
     Never raises for an outcome: a launch that fails ends the sweep with ``LAUNCH_FAILED`` and
     the launcher's message; a bisection that fails keeps the sweep's result and its error."""
-    t0, out = time.monotonic(), Path(out_dir)
-    tree = tree_state(source or ".")
-    kw = {"shapes": tuple(shapes)} if shapes else {}
-    if modes is not None:
-        kw["modes"] = tuple(modes)
+    spec = dataclasses.replace(spec, **fields) if spec else InvestigationSpec(**fields)
+    t0, out = time.monotonic(), Path(spec.runs_dir)
+    tree = tree_state(spec.source or ".")
+    kw = {"shapes": spec.shapes} if spec.shapes else {}
+    if spec.modes is not None:
+        kw["modes"] = spec.modes
     try:
-        sw = sweep(patches, seed=seed, cap_s=cap_s, capture_dir=out / "captures",
-                   log_dir=out / "logs", source=source, bursts_per_shape=bursts_per_shape,
-                   pairs=pairs, judge=judge, **kw)
+        sw = sweep(spec.patches, seed=spec.seed, cap_s=spec.cap_s, capture_dir=out / "captures",
+                   log_dir=out / "logs", source=spec.source,
+                   bursts_per_shape=spec.bursts_per_shape, pairs=spec.pairs, judge=spec.judge,
+                   **kw)
     except LaunchError as exc:
         log.warning("investigation: the engine did not start: %s", exc)
         return Investigation(Sweep((), (), None, 0.0), NO_DIAGNOSIS, (), None,
                              round(time.monotonic() - t0, 2), Outcome.LAUNCH_FAILED,
-                             tree=tree, error=str(exc), patches=tuple(patches), seed=seed)
+                             tree=tree, error=str(exc), spec=spec)
     hit = sw.hit
     locs = _localizations(hit)
     diag = diagnose(hit, locs) if hit is not None else Diagnosis(
         None, "none", f"no anomaly in {len(sw.runs)} shapes", "none")
-    bis, err = _bisect(source, commits, sw, patches, out, max_trials, seed, judge)
+    bis, err = _bisect(spec, sw)
     outcome = (Outcome.NOTHING_FOUND if hit is None else Outcome.LOCALIZED
                if diag.stage is not None else Outcome.NOT_LOCALIZED)
     log.info("investigation: %s; %s", outcome.value, diag.describe())
     return Investigation(sw, diag, tuple(locs), bis, round(time.monotonic() - t0, 2), outcome,
-                         tree=tree, error=err, patches=tuple(patches), seed=seed,
-                         commits=commits)
+                         tree=tree, error=err, spec=spec)
 
 
 NO_DIAGNOSIS = Diagnosis(None, "none", "nothing ran", "none")
@@ -219,16 +215,19 @@ def _localizations(hit: Reproduction | None) -> list[Localization]:
     return localize_flagged(hit) + [loc for loc in hit.localizations if loc.first]
 
 
-def _bisect(source, commits, sw: Sweep, patches, out: Path, max_trials: int, seed: int,
-            judge: int | None):
-    """The bisection of ``commits`` with the shape that fired, or its error (never raised)."""
-    if sw.hit is None or commits is None:
+def _bisect(spec: InvestigationSpec, sw: Sweep):
+    """The bisection of ``spec.commits`` with the shape that fired, or its error (never
+    raised)."""
+    if sw.hit is None or spec.good_bad is None:
         return None, ""
+    out = Path(spec.runs_dir)
+    good, bad = spec.good_bad
     try:
-        return bisect_commits(Path(source or "."), commits[0], commits[1], shape=sw.fired,
-                              patches=tuple(patches), store=out / "bisect.sqlite",
-                              log_dir=out / "bisect-logs", max_trials=max_trials,
-                              seed=seed, judge=judge), ""
+        return bisect_commits(Path(spec.source or "."), good, bad, shape=sw.fired,
+                              patches=spec.patches, store=out / "bisect.sqlite",
+                              log_dir=out / "bisect-logs", max_trials=spec.max_trials,
+                              seed=spec.seed, judge=spec.judge,
+                              confidence=spec.confidence), ""
     except (LaunchError, ValueError, OSError, RuntimeError) as exc:
         log.warning("investigation: bisection failed: %s", exc)
         return None, f"bisection failed: {exc}"

@@ -10,7 +10,9 @@ number of judged responses and the 95% upper bound on their flag rate).
 from __future__ import annotations
 
 import enum
+import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -23,6 +25,7 @@ from workbench.investigate.coverage import (
     resolution,
 )
 from workbench.investigate.reproduce import Sweep
+from workbench.investigate.spec import InvestigationSpec
 from workbench.judge.findings import FindingDraft, TreeState
 from workbench.observe import Localization, Stage
 from workbench.search import BisectOutcome, BisectResult
@@ -60,7 +63,7 @@ class Investigation:
     burst's end (None: nothing fired); ``judged``/``flag_upper_95``: the power of a clean run
     (responses judged over every shape and the 95% Wilson upper bound on their flag rate).
     ``tree``: the commit and dirty state of the source tree investigated; ``error``: why the
-    engine did not start, or why the bisection failed."""
+    engine did not start, or why the bisection failed; ``spec``: what was asked, whole."""
 
     sweep: Sweep
     diagnosis: Diagnosis
@@ -70,11 +73,25 @@ class Investigation:
     outcome: Outcome = Outcome.NOTHING_FOUND
     tree: TreeState = TreeState(None, None)
     error: str = ""
-    patches: tuple[str, ...] = ()
-    seed: int = 0
-    commits: tuple[str, str] | None = None
-    confidence: float = 0.95  # the posterior a culprit must reach
-    judge: int | None = 2  # rooms per burst whose buffers were compared (None: every room)
+    spec: InvestigationSpec = InvestigationSpec()
+
+    @property
+    def patches(self) -> tuple[str, ...]:
+        return self.spec.patches
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def confidence(self) -> float:
+        """The posterior a culprit must reach."""
+        return self.spec.confidence
+
+    @property
+    def judge(self) -> int | None:
+        """Rooms per burst whose buffers were compared (None: every room)."""
+        return self.spec.judge
 
     @property
     def found(self) -> bool:
@@ -110,11 +127,26 @@ class Investigation:
         return rates_table(list(self.sweep.runs))
 
     def replay(self) -> dict:
-        """What a re-run needs: the tree, patches, seed, the shape that fired and its seeds."""
+        """What a re-run needs: the whole spec (``InvestigationSpec.from_replay`` reads it), the
+        tree, and the shape that fired with its seeds."""
         hit = self.sweep.hit
-        return {"commit": self.tree.commit, "dirty": self.tree.dirty, "patches": self.patches,
-                "seed": self.seed, "shape": self.sweep.fired,
-                "seeds": list(hit.seeds) if hit is not None else []}
+        return {"spec": self.spec.to_json(), "commit": self.tree.commit, "dirty": self.tree.dirty,
+                "shape": self.sweep.fired, "seeds": list(hit.seeds) if hit is not None else []}
+
+    def save(self, path: str | Path) -> Path:
+        """Writes this result for ``load`` (a report renders it without running it again)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(pickle.dumps(self))
+        return path
+
+    @staticmethod
+    def load(path: str | Path) -> Investigation:
+        """The result ``save`` wrote (trusted input: a file this workbench wrote)."""
+        inv = pickle.loads(Path(path).read_bytes())
+        if not isinstance(inv, Investigation):
+            raise TypeError(f"{path} holds a {type(inv).__name__}, not an Investigation")
+        return inv
 
     def findings(self) -> list[FindingDraft]:
         """The claims the data supports, the outcome's first, then the bisection's."""
@@ -127,6 +159,7 @@ class Investigation:
         """A plain-text account of every outcome, for a terminal or a file."""
         lines = [f"outcome: {self.outcome.value} ({self.elapsed_s:.0f} s)",
                  f"tree: {self.tree.describe()}; patches: {list(self.patches)}; seed {self.seed}",
+                 f"spec: {self.spec}",
                  f"shapes tried: {list(self.sweep.tried)}; fired: {self.sweep.fired}",
                  f"diagnosis: {self.diagnosis.describe()}"]
         lines += [f"  {loc.describe()}" for loc in self.localizations]

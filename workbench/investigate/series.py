@@ -13,17 +13,17 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.patches import SEED_STORY
 from workbench.deploy import PDPair, launch_pd_pair
 from workbench.drive import inject_concurrency
 from workbench.drive.shapes import HICACHE, RACE_FAULTS
-from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
+from workbench.search import CONFIDENCE, BisectOutcome, BisectResult, TrialStore, bisect
 from workbench.sim import Workload
 from workbench.sim import trial as sim_trial
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SERIES = ("bf16_index_k", "hicache_index_k_no_wait", "late_write_after_abort",
-                  "abort_orphan_transfer_entry")
+DEFAULT_SERIES = SEED_STORY
 RACE_ENGINE = HICACHE
 
 BURST_PRIOR = (1.0, 1.0)
@@ -107,7 +107,7 @@ def corruption_trial(pool: PairPool, sessions: int = 4, turns: int = 2):
 
 
 def bisect_patch_series(series=DEFAULT_SERIES, store: str | Path | None = None,
-                        sessions: int = 4, confidence: float = 0.9, seed: int = 0,
+                        sessions: int = 4, confidence: float = CONFIDENCE, seed: int = 0,
                         max_trials: int = 60, log_dir: str | Path | None = None,
                         experiment: str = "patch-series",
                         prior_fail_rate: tuple[float, float] = BURST_PRIOR,

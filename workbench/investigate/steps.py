@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from engine.patches import SEED_RACE
 from workbench.deploy import PDPair
 from workbench.investigate.bursts import Reproduction
 from workbench.investigate.series import RACE_ENGINE as SERIES_ENGINE
@@ -14,7 +15,7 @@ from workbench.observe import collect
 
 RACE_ENGINE = {**SERIES_ENGINE, "debug_capture": 64}
 RACE_FAULTS = SERIES_FAULTS
-BUGGY = ("hicache_index_k_no_wait", "bf16_index_k")
+BUGGY = SEED_RACE
 
 
 def race_counts(pair: PDPair) -> dict[str, int]:

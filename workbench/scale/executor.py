@@ -3,9 +3,9 @@ cluster, with results that do not depend on where or in what order the work ran.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -40,11 +40,14 @@ class Placement:
     ``workers=1``: in this process, no Ray (the inner loop, and tests that need no cluster).
     Otherwise Ray: the cluster at ``address`` (else ``$RAY_ADDRESS``), or a local cluster of
     ``workers`` CPUs (default: this machine's cores) started for the executor and stopped when
-    it closes. A Ray already initialised in this process is used as it is and left running."""
+    it closes. A Ray already initialised in this process is used as it is and left running.
+    ``local_first_s``: a local cluster is started only once a ``map`` has run this long in this
+    process with items left (0: at once), so a search that ends sooner never waits for Ray."""
 
     workers: int | None = None
     address: str | None = None
     dashboard: bool = False
+    local_first_s: float = 0.0
 
     @property
     def local(self) -> bool:
@@ -78,8 +81,12 @@ class Executor:
     _chunk_fn: Any = None
 
     def __post_init__(self) -> None:
-        if not self.placement.local:
+        if not self.placement.local and not self.placement.local_first_s:
             self._connect()
+
+    @property
+    def connected(self) -> bool:
+        return self._chunk_fn is not None
 
     @property
     def local(self) -> bool:
@@ -90,6 +97,8 @@ class Executor:
         """CPUs work is spread over: 1 in process, the cluster's CPUs on Ray."""
         if self.local:
             return 1
+        if not self.connected:
+            return self.placement.workers or os.cpu_count() or 1
         import ray
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
@@ -97,6 +106,7 @@ class Executor:
     def gpus(self) -> int:
         if self.local:
             return 0
+        self._ensure_connected()
         import ray
         return int(ray.cluster_resources().get("GPU", 0))
 
@@ -141,10 +151,34 @@ class Executor:
                        flag=flag, link=self.dashboard_url)
         failed = failed or _never
         try:
-            run = self._map_local if self.local else self._map_ray
-            return run(fn, items, max(1, chunk), failed if stop else None, _Counter(bar, failed))
+            if self.local:
+                return self._map_local(fn, items, chunk, failed if stop else None,
+                                       _Counter(bar, failed))
+            return self._map_staged(fn, items, max(1, chunk), failed if stop else None,
+                                    _Counter(bar, failed))
         finally:
             bar.close()
+
+    def _map_staged(self, fn, items, chunk, stop, count) -> list:
+        """In process for ``local_first_s`` while unconnected, then the rest on Ray."""
+        head: list = []
+        if not self.connected:
+            t0 = time.monotonic()
+            for x in items:
+                head.append(fn(x))
+                count.add(head[-1:])
+                if stop is not None and stop(head[-1]):
+                    return head
+                if time.monotonic() - t0 >= self.placement.local_first_s:
+                    break
+            if len(head) == len(items):
+                return head
+            self._ensure_connected()
+        return head + self._map_ray(fn, items[len(head):], chunk, stop, count)
+
+    def _ensure_connected(self) -> None:
+        if not self.connected:
+            self._connect()
 
     def _map_local(self, fn, items, chunk, stop, count) -> list:
         out = []
@@ -194,6 +228,7 @@ class Executor:
         ``gpus``; Ray kills it when this driver exits or dies (it is never detached)."""
         if self.local:
             return Remote(cls(*args, **kwargs), None)
+        self._ensure_connected()
         import ray
         handle = ray.remote(num_cpus=cpus, num_gpus=gpus, max_restarts=0)(cls)
         return Remote(None, handle.remote(*args, **kwargs))
@@ -254,29 +289,3 @@ class Remote:
         if self.handle is not None:
             import ray
             ray.kill(self.handle)
-
-
-_SHARED: Executor | None = None
-
-
-def executor_for(workers: int | None = None, address: str | None = None) -> Executor:
-    """``workers=1`` (and no address): a fresh in-process executor. Otherwise this process's
-    shared Ray executor: started on first use with that placement, reused by every later
-    search (a notebook starts Ray once), stopped at exit, with the dashboard when ``ray[default]``
-    is installed. ``$PDWB_WORKERS`` sets the default ``workers``."""
-    global _SHARED
-    if workers is None and address is None and os.environ.get("PDWB_WORKERS"):
-        workers = int(os.environ["PDWB_WORKERS"])
-    placement = Placement(workers, address, dashboard=_has_dashboard())
-    if placement.local:
-        return Executor(placement)
-    import ray
-    if _SHARED is None or not ray.is_initialized():
-        _SHARED = Executor(placement)
-        atexit.register(_SHARED.close)
-    return _SHARED
-
-
-def _has_dashboard() -> bool:
-    import importlib.util
-    return importlib.util.find_spec("aiohttp") is not None  # ray[default]'s dashboard server

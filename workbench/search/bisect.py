@@ -27,7 +27,13 @@ import polars as pl
 from workbench.search.batch import choose_batch
 from workbench.search.posterior import Posterior, choose, entropy_bits
 from workbench.search.rate_prior import DEFAULT_RATE_PRIOR, RatePrior
-from workbench.search.result import BisectOutcome, BisectResult, TrialUpdate, default_repeats
+from workbench.search.result import (
+    CONFIDENCE,
+    BisectOutcome,
+    BisectResult,
+    TrialUpdate,
+    default_repeats,
+)
 from workbench.search.trials import CachedTrial, TrialFn, TrialStore
 
 log = logging.getLogger(__name__)
@@ -104,7 +110,7 @@ def bisect(
     candidates: Sequence[str],
     trial: TrialFn,
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     max_trials: int = 10_000,
     prior_fail_rate: RatePriorArg = DEFAULT_PRIOR_FAIL_RATE,
     prior_good_fail_rate: tuple[float, float] | None = None,
@@ -112,7 +118,7 @@ def bisect(
     seed: int = 0,
     store: TrialStore | None = None,
     experiment: str | None = None,
-    workers: int = 1,
+    parallel: int = 1,
     ends_budget: int = 0,
     good_end_trials: int = 2,
     on_trial: Callable[[TrialUpdate], None] | None = None,
@@ -128,13 +134,13 @@ def bisect(
     proves the culprit is at or before ``j``.  Deterministic given ``seed`` and trial outcomes;
     with ``store`` (experiment defaults to ``"bayes"``) recorded trials are replayed first, so
     an interrupted run resumes to the identical result with no trial repeated.
-    ``workers = k > 1`` makes each step a round of ``k`` probes run in parallel threads
+    ``parallel = k > 1`` makes each step a round of ``k`` probes run in parallel threads
     (``trial`` must then be thread-safe), chosen together before any of their outcomes is seen
     to maximise the round's joint information about the culprit (:func:`choose_batch`: repeats
     of a candidate allowed, never ``k`` copies of the best probe by construction); the outcomes
     are observed in list order, the order the store's trial indices are claimed, so a resumed
     run replays the identical search.  More trials, fewer rounds; still deterministic.
-    ``workers=1`` is the single-probe search.  The stop rule is checked between rounds.
+    ``parallel=1`` is the single-probe search.  The stop rule is checked between rounds.
 
     ``ends_budget > 0`` checks both ends first (:func:`check_ends`), through the same runner, so
     those trials are stored, replayed and counted in the posterior like any other: a bad end
@@ -144,8 +150,8 @@ def bisect(
     ``on_trial`` is called after every trial (replayed ones too) with a :class:`TrialUpdate`.
     """
     _check(candidates)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, got {parallel}")
     runner = _runner(trial, store, experiment, seed, "bayes")
     model = Posterior(len(candidates), prior_fail_rate, prior_good_fail_rate, allow_no_culprit)
     rng = np.random.default_rng(seed)
@@ -159,9 +165,9 @@ def bisect(
     rounds = runner.spent  # the ends' trials ran one at a time
     while ends is None and post.max() < confidence and runner.spent < max_trials:
         rounds += 1
-        size = min(workers, max_trials - runner.spent)
+        size = min(parallel, max_trials - runner.spent)
         probes = _round(model, post, rng, size)
-        for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], workers),
+        for j, failed in zip(probes, runner.run_batch([candidates[j] for j in probes], parallel),
                              strict=True):
             model.observe(j, failed)
             post = model.probabilities()
@@ -218,7 +224,7 @@ def fixed_repeat_bisect(
     seed: int = 0,
     store: TrialStore | None = None,
     experiment: str | None = None,
-    workers: int = 1,
+    parallel: int = 1,
 ) -> BisectResult:
     """Classic binary search: bad on the first failure, good after ``repeats`` clean trials.
 
@@ -226,12 +232,12 @@ def fixed_repeat_bisect(
     alpha)``.  The reported ``posterior``/``confidence`` come from the same Bayesian model as
     :func:`bisect` (prior ``prior_fail_rate``, good side exactly 0) applied to the trials this
     search ran, so the two methods' confidences are comparable.  Store semantics as
-    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).  ``workers > 1`` runs a probe's
-    trials ``workers`` at a time (a failure ends the probe after its batch).
+    :func:`bisect` (experiment defaults to ``"fixed-repeat"``).  ``parallel > 1`` runs a probe's
+    trials ``parallel`` at a time (a failure ends the probe after its batch).
     """
     _check(candidates)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if parallel < 1:
+        raise ValueError(f"parallel must be >= 1, got {parallel}")
     repeats = repeats or default_repeats(assumed_fail_rate, alpha)
     runner = _runner(trial, store, experiment, seed, "fixed-repeat")
     model = Posterior(len(candidates), prior_fail_rate, None, False)
@@ -239,7 +245,7 @@ def fixed_repeat_bisect(
     lo, hi = 0, len(candidates) - 1
     while lo < hi and runner.spent < max_trials:
         mid = (lo + hi) // 2
-        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials, workers)
+        verdict = _probe(candidates, mid, repeats, runner, model, history, max_trials, parallel)
         if verdict is None:
             break
         lo, hi = (lo, mid) if verdict else (mid + 1, hi)
@@ -251,15 +257,15 @@ def fixed_repeat_bisect(
 
 
 def _probe(candidates: Sequence[str], j: int, repeats: int, runner: CachedTrial,
-           model: Posterior, history: _History, max_trials: int, workers: int = 1) -> bool | None:
-    """Up to ``repeats`` trials of c_j, ``workers`` at a time: True on a failure, False if all
+           model: Posterior, history: _History, max_trials: int, parallel: int = 1) -> bool | None:
+    """Up to ``repeats`` trials of c_j, ``parallel`` at a time: True on a failure, False if all
     clean, None if the trial budget ran out first."""
     done = 0
     while done < repeats:
-        size = min(workers, repeats - done, max_trials - runner.spent)
+        size = min(parallel, repeats - done, max_trials - runner.spent)
         if size <= 0:
             return None
-        outcomes = runner.run_many(candidates[j], size, workers)
+        outcomes = runner.run_many(candidates[j], size, parallel)
         for failed in outcomes:
             model.observe(j, failed)
             history.add(candidates[j], failed, model.probabilities())

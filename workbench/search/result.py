@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+CONFIDENCE = 0.95  # the posterior a culprit must reach, unless a run's spec says otherwise
+
 
 class BisectOutcome(enum.Enum):
     """How a bisection ended. Only ``CONVERGED`` supports naming a culprit (or "no culprit")."""

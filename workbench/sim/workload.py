@@ -9,23 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig
+from engine.patches import PATCHES, SIMULATED, SIMULATED_PD
 from engine.sim import Decision
 from workbench.drive import LoadResult
 from workbench.drive.shapes import HICACHE, RACE_FAULTS, Shape, shape_of
 from workbench.judge import unexpected_errors
 
-SIMULATED = frozenset({"bf16_index_k", "chunk_prev_token_dropped", "hicache_index_k_no_wait",
-                       "hicache_kv_no_wait", "hicache_v_after_counter", "index_k_not_backed_up",
-                       "overlap_schedule"})
-"""Patch variants whose code runs in one engine with its HiCache loader (and, with
-``overlap_schedule``, its forward worker thread)."""
-SIMULATED_PD = SIMULATED | {"abort_orphan_transfer_entry", "aux_read_before_landed",
-                            "aux_slot_double_free", "index_k_scale_not_sent",
-                            "late_notification_recreates_room", "late_write_after_abort",
-                            "prealloc_parked_after_check",
-                            "sender_stale_prefix_pages", "transfer_timeout_leaks_room"}
-"""Also those of the PD transfer layer and control plane (``Workload(pd=True)``). Every patch
-variant of ``engine.patches`` is simulated; an unknown name raises rather than passing."""
 DECODE_ARGS = {"--max-transfer-queue": "transfer_queue",
                "--waiting-timeout-s": "waiting_timeout_s"}  # decode flag -> Workload field
 
@@ -37,7 +26,12 @@ def check_simulated(patches: Iterable[str], pd: bool = False) -> tuple[str, ...]
     can = SIMULATED_PD if pd else SIMULATED
     missing = [p for p in patches if p not in can]
     if missing:
-        where = "in a simulated PD pair" if set(missing) <= SIMULATED_PD else "unknown"
+        unknown = [p for p in missing if p not in PATCHES]
+        if unknown:
+            raise ValueError(f"unknown patch variant(s): {', '.join(unknown)}; valid: "
+                             f"{', '.join(PATCHES.names())}")
+        where = ("only in a simulated PD pair" if set(missing) <= SIMULATED_PD
+                 else "a real deployment only")
         raise ValueError(f"not simulated ({where}): {', '.join(missing)}; simulated "
                          f"{'PD ' if pd else ''}patch variants: {', '.join(sorted(can))}")
     return patches

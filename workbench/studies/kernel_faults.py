@@ -9,7 +9,7 @@ from dataclasses import replace
 import torch
 
 from engine.kernels import KernelSet, QuantizedIndexK, TopK
-from workbench.investigate.kernels import OPS, resolve_kernels
+from workbench.studies.kernels import OPS, resolve_kernels
 
 _PERTURB = {
     "quantize_index_k": lambda out, eps: QuantizedIndexK(out.values, out.scale * (1 + eps)),

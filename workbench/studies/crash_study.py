@@ -31,8 +31,8 @@ from workbench.deploy import EngineDied, LaunchError, lasting, launch_pd_pair
 from workbench.deploy.isa import isa_probe, worker_amx
 from workbench.deploy.vllm import VllmOptions
 from workbench.drive import inject_concurrency, wilson
-from workbench.investigate.storm import XFER_COUNT, transfers_before
 from workbench.observe import MetricsSampler, transfer_stats
+from workbench.studies.storm import XFER_COUNT, transfers_before
 
 log = logging.getLogger(__name__)
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
@@ -197,6 +197,14 @@ def _with_prediction(base: PairOutcome, pair) -> PairOutcome:
     return replace(base, workers_permitted=permitted, predicted_sigill=at_risk)
 
 
+OUTCOMES = "outcomes.jsonl"  # one PairOutcome per line (``read_outcomes``)
+
+
+def outcomes_path(log_dir: str | Path) -> Path:
+    """Where a study run under ``log_dir`` appends its outcomes."""
+    return Path(log_dir) / OUTCOMES
+
+
 def run_study(conditions: list[str], pairs: int, out: str | Path, log_root: str | Path,
               start: int = 0) -> list[PairOutcome]:
     """Runs ``pairs`` fresh pairs per condition, interleaving the conditions (pair ``i`` of
@@ -231,8 +239,8 @@ def read_outcomes(path: str | Path) -> pl.DataFrame:
 
 
 def rates(outcomes: pl.DataFrame) -> pl.DataFrame:
-    """Per condition and host CPU: pairs, deaths, hangs, launch failures, and the death rate with
-    its 95% Wilson interval."""
+    """Per condition and host CPU: pairs, deaths, hangs, launch failures, and the death ``rate``
+    with its 95% Wilson interval (``lo``, ``hi``: the columns of every rates table)."""
     out = []
     for (cond, cpu), g in outcomes.group_by(["condition", "cpu"], maintain_order=True):
         n, k = len(g), int(g["died"].sum())
@@ -240,7 +248,7 @@ def rates(outcomes: pl.DataFrame) -> pl.DataFrame:
         out.append({"condition": cond, "cpu": cpu, "pairs": n, "died": k,
                     "hung": int(g["hung"].sum()),
                     "launch_failed": int((g["launch_error"] != "").sum()),
-                    "death_rate": k / n if n else 0.0, "ci_low": lo, "ci_high": hi})
+                    "rate": k / n if n else 0.0, "lo": lo, "hi": hi})
     return pl.DataFrame(out)
 
 
@@ -261,7 +269,7 @@ def _env(extra: dict[str, str]) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m workbench.investigate.crash_study")
+    ap = argparse.ArgumentParser(prog="python -m workbench.studies.crash_study")
     ap.add_argument("--conditions", nargs="+", default=["quiet", "busy", "busy-stock"],
                     help=f"any of {CONDITIONS.names()}")
     ap.add_argument("--pairs", type=int, default=12)

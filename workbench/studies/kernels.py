@@ -6,7 +6,7 @@ never a whole number of pages) made with the torch references only, so a diverge
 never leaks into another op's row.  :func:`model_divergence` runs the shipped model end to end
 with each set.  :func:`kernel_trial` turns the comparison into a ``trial(candidate, seed)`` for
 ``workbench.search.bisect`` / ``ddmin``; :func:`mixed_kernel_set` builds candidates (temporary
-registrations; fault injection is ``workbench.investigate.kernel_faults.perturb_op``).
+registrations; fault injection is ``workbench.studies.kernel_faults.perturb_op``).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from dataclasses import asdict
 import polars as pl
 
 from workbench.deploy.isa import IsaProbe
-from workbench.investigate.crash_study import Host, rates
 from workbench.judge import FindingDraft
+from workbench.studies.crash_study import Host, rates
 
 
 def findings(outcomes: pl.DataFrame, probe: IsaProbe, here: Host,
@@ -23,8 +23,8 @@ def findings(outcomes: pl.DataFrame, probe: IsaProbe, here: Host,
 
 def _rate_claim(outcomes: pl.DataFrame, min_pairs: int) -> FindingDraft:
     table = rates(outcomes)
-    arms = "; ".join(f"{r['condition']} {r['died']}/{r['pairs']} (95% CI {r['ci_low']:.2f}-"
-                     f"{r['ci_high']:.2f})" for r in table.iter_rows(named=True))
+    arms = "; ".join(f"{r['condition']} {r['died']}/{r['pairs']} (95% CI {r['lo']:.2f}-"
+                     f"{r['hi']:.2f})" for r in table.iter_rows(named=True))
     cpus = sorted(set(outcomes["cpu"]))
     flags = sorted(set(outcomes["flags"]))
     title = (f"{int(table['died'].sum())} of {len(outcomes)} fresh vLLM PD pairs lost a process "

@@ -1,0 +1,69 @@
+"""``wb`` flags generated from a run's frozen spec: one flag per field, named after it
+(``runs_dir`` -> ``--runs-dir``), with the field's default and ``metadata["help"]``; the parsed
+flags rebuild the spec (``spec_from_args``). No flag of a spec is spelled anywhere else.
+
+Types: ``bool`` fields default True become ``--no-NAME``; ``tuple[str, ...]`` fields take a
+comma-separated list (``''``: empty; absent: the field's default, which may be None); ``judge``
+takes a count or ``all`` (None); other fields parse with their type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any
+
+
+def judge_arg(text: str) -> int | None:
+    """``--judge``: rooms per burst for the buffer oracle, a count >= 0 or ``all`` (None)."""
+    if text != "all" and not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"--judge wants a count >= 0 or 'all', not {text!r}")
+    return None if text == "all" else int(text)
+
+
+def names_arg(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (``''``: none)."""
+    return tuple(n for n in text.split(",") if n)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parser_of(name: str, hint: Any):
+    if name == "judge":
+        return judge_arg
+    if typing.get_origin(hint) is tuple:
+        return names_arg
+    base = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    kind = typing.get_origin(base[0]) or base[0]
+    return names_arg if kind is tuple else kind
+
+
+def add_spec_flags(p: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass ``cls`` (except ``skip``)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        help_ = f.metadata.get("help", "")
+        if hints[f.name] is bool:
+            p.add_argument(flag(f"no_{f.name}" if f.default else f.name), dest=f.name,
+                           action="store_false" if f.default else "store_true",
+                           help=f"leave out: {help_}" if f.default else help_)
+            continue
+        shown = f" (default: {f.default})" if f.default not in (None, ()) else ""
+        p.add_argument(flag(f.name), dest=f.name, type=_parser_of(f.name, hints[f.name]),
+                       default=f.default, help=help_ + shown)
+
+
+def spec_from_args(cls: type, args: argparse.Namespace, **extra: Any):
+    """The spec the parsed flags describe; a spec that refuses its values ends the command with
+    its message."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if hasattr(args, f.name)}
+    try:
+        return cls(**{**values, **extra})
+    except ValueError as exc:
+        raise SystemExit(f"wb {args.cmd}: {exc}") from None
