@@ -43,6 +43,9 @@ def test_pd_outputs_match_single_request_reference(tmp_path, patches):
     assert s.max_drift is not None and s.max_drift <= LOGPROB_TOLERANCE
     assert res.requests["room"].n_unique() == s.requests
     assert [p["name"] for p in enabled["patches"] if p["enabled"]] == list(patches)
+    named = [bool(patches) and any(",".join(patches) in a for a in proc.argv)  # one channel: argv
+             for proc in (*pair.prefill, *pair.decode, pair.router)]
+    assert named == [bool(patches)] * 3
     assert queues["transfer"] == [] and queues["quarantine"] == []
 
 

@@ -12,8 +12,7 @@ from workbench.cli.flags import flag
 from workbench.cli.parser import build_parser
 from workbench.investigate import Investigation, InvestigationSpec
 from workbench.investigate.reproduce import Sweep
-from workbench.investigate.spec import JUDGED_ROOMS
-from workbench.judge import read_findings, record_drafts
+from workbench.judge import JUDGED_ROOMS, read_findings, record_drafts
 from workbench.search import CONFIDENCE
 
 

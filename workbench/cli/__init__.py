@@ -97,7 +97,7 @@ def cmd_bisect(args) -> None:
         from workbench.investigate import bisect_commits
 
         good, bad = _commit_range(args.commits, "wb bisect")
-        res = bisect_commits(args.repo, good, bad, shape=args.shape, store=args.store,
+        res = bisect_commits(args.source, good, bad, shape=args.shape, store=args.store,
                              confidence=args.confidence, seed=args.seed,
                              max_trials=args.max_trials or 40, patches=tuple(_names(args.patches)),
                              judge=args.judge, ends_budget=args.ends_budget,

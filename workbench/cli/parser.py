@@ -20,12 +20,15 @@ from __future__ import annotations
 import argparse
 
 from workbench.cli.flags import add_spec_flags, judge_arg
-from workbench.investigate.spec import JUDGED_ROOMS, InvestigationSpec
+from workbench.drive import LoadConfig
+from workbench.investigate.spec import InvestigationSpec
+from workbench.judge import JUDGED_ROOMS
 from workbench.search import CONFIDENCE
 
 REPORTS_DIR = "reports"
-LOAD_DEFAULTS = {"sessions": 16, "turns": 2, "seed": 0, "kill_fraction": 0.0,
-                 "duration_s": 300.0, "max_tokens": 160}
+LOAD_DEFAULTS = {name: getattr(LoadConfig, name) for name in
+                 ("sessions", "turns", "seed", "kill_fraction", "duration_s", "max_tokens")}
+"""``wb load``'s flags and their defaults: ``LoadConfig``'s (spelled there only)."""
 
 
 def _search_flags(p: argparse.ArgumentParser, max_trials: int | None, helps: str) -> None:
@@ -69,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--diff", action="store_true")
     bis = sub.add_parser("bisect", help="bisect a patch series or a commit range")
     bis.add_argument("--series", help="patch names, comma separated (candidate i enables i)")
-    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --repo to bisect")
-    bis.add_argument("--repo", default=".")
+    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --source to bisect")
+    bis.add_argument("--source", "--repo", dest="source", default=".",
+                     help="the checkout whose commits are bisected (--repo: its old name)")
     bis.add_argument("--shape", default="baseline", help="the load shape of each trial")
     bis.add_argument("--patches", default="",
                      help="patch variants enabled on every candidate commit, comma separated")

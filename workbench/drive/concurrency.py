@@ -156,9 +156,12 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
     return records, files
 
 
-def inject_concurrency(target, sessions: int = 64, turns: int = 2, kill_fraction: float = 0.0,
-                       duration_s: float = 300.0, seed: int = 0, max_tokens: int = 160,
-                       kill_window_s: float = 1.5,
+def inject_concurrency(target, sessions: int = LoadConfig.sessions,
+                       turns: int = LoadConfig.turns,
+                       kill_fraction: float = LoadConfig.kill_fraction,
+                       duration_s: float = LoadConfig.duration_s, seed: int = LoadConfig.seed,
+                       max_tokens: int = LoadConfig.max_tokens,
+                       kill_window_s: float = LoadConfig.kill_window_s,
                        oracle: ReferenceOracle | None | bool = True,
                        capture_dir: str | Path | None = None, progress: bool = True,
                        request_timeout_s: float = LoadConfig.request_timeout_s,

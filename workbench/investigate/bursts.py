@@ -15,7 +15,7 @@ import polars as pl
 from engine.config import EngineConfig
 from workbench.deploy import LaunchSpec, PDPair
 from workbench.drive import Shape, inject_concurrency
-from workbench.judge import judge_rooms, unexpected_errors
+from workbench.judge import JUDGED_ROOMS, judge_rooms, unexpected_errors
 from workbench.observe import Drain, Localization, collect, localize, settle
 from workbench.observe.buffers import capture_name
 
@@ -93,7 +93,7 @@ class BurstRun:
 
 
 def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
-              duration_s: float, max_tokens: int | None = None, judge: int | None = 0,
+              duration_s: float, max_tokens: int | None = None, judge: int | None = JUDGED_ROOMS,
               reference=None) -> BurstRun:
     """Runs ``shape``'s load once with ``seed`` and collects what it left as evidence; with
     ``judge > 0`` (``None``: every completed unflagged room) also localizes that many unflagged

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from workbench.drive import Shape, cell_of
 from workbench.investigate.fleet import DeploymentSpec, Fleet
+from workbench.judge import JUDGED_ROOMS
 from workbench.scale import executor_for
 from workbench.search import CONFIDENCE, BisectOutcome, BisectResult, TrialStore, bisect
 
@@ -65,15 +66,16 @@ class Worktrees:
         git(self.repo, "worktree", "prune")
 
 
-def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape = "baseline",
+def bisect_commits(source: str | Path, good: str, bad: str, *, shape: str | Shape = "baseline",
                    patches: tuple[str, ...] = (), store: str | Path | None = None,
                    worktrees: str | Path | None = None, confidence: float = CONFIDENCE,
                    max_trials: int = 40, seed: int = 0, log_dir: str | Path | None = None,
-                   experiment: str | None = None, judge: int | None = 2,
+                   experiment: str | None = None, judge: int | None = JUDGED_ROOMS,
                    ends_budget: int = ENDS_BUDGET, deployments: int = 1,
                    workers: int | None = None, address: str | None = None) -> BisectResult:
-    """Bayesian bisection over the commits ``good..bad`` (``good`` included as candidate 0).
-    Candidates are full hashes; ``worktrees`` (default ``<repo>/.git/pdwb-worktrees``) caches
+    """Bayesian bisection over the commits ``good..bad`` of the checkout ``source`` (``good``
+    included as candidate 0). Candidates are full hashes; ``worktrees`` (default
+    ``<source>/.git/pdwb-worktrees``) caches
     one tree per commit; ``store`` makes it resumable. ``patches`` are enabled on every
     candidate; ``judge`` is the buffer oracle's rooms per burst (None: all).
 
@@ -85,7 +87,7 @@ def bisect_commits(repo: str | Path, good: str, bad: str, *, shape: str | Shape 
     ``deployments``: k pairs at once (a ``Fleet`` on ``executor_for(workers, address)``: Ray
     actors, or objects here with ``workers=1``); each round of the search then runs k probes
     chosen together. Trials stay in one store, written by this process only."""
-    repo = Path(repo).resolve()
+    repo = Path(source).resolve()
     commits = commit_range(repo, good, bad)
     root = Path(worktrees) if worktrees else Path(git(repo, "rev-parse", "--absolute-git-dir")) \
         / "pdwb-worktrees"

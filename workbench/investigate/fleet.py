@@ -20,6 +20,7 @@ from pathlib import Path
 from workbench.deploy import die_with_this_process, launch_pd_pair
 from workbench.drive import Shape
 from workbench.investigate.bursts import run_burst
+from workbench.judge import JUDGED_ROOMS
 from workbench.observe import ReferenceBuffers
 from workbench.scale import Executor, Remote
 
@@ -38,7 +39,7 @@ class DeploymentSpec:
     patches: tuple[str, ...] = ()
     source: Path | None = None
     log_dir: Path | None = None
-    judge: int | None = 2
+    judge: int | None = JUDGED_ROOMS
     bind: bool = False
 
 

@@ -34,6 +34,7 @@ from workbench.investigate.bursts import (
     StopOn,
     run_burst,
 )
+from workbench.judge import JUDGED_ROOMS
 from workbench.observe import ReferenceBuffers
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def reproduce(patches: Sequence[str] = (), *, variant: str | None = None,
               cap_s: float | None = None, engine: dict | None = None,
               faults: dict | None = None, capture_dir: str | Path | None = None,
               log_dir: str | Path | None = None, router: str = "embedded",
-              source: str | Path | None = None, judge: int | None = 2,
+              source: str | Path | None = None, judge: int | None = JUDGED_ROOMS,
               watch: PairWatch | None = None) -> Reproduction:
     """Runs seeded bursts of ``shape`` on a fresh PD pair running ``patches`` (none: the code as
     it is) from ``source`` (a source tree; default this checkout); stops once
@@ -176,7 +177,7 @@ def sweep(patches: Sequence[str] = (), *, shapes: Sequence[str | Shape] = SWEEP_
           bursts_per_shape: int = 1, cap_s: float | None = None,
           capture_dir: str | Path | None = None, log_dir: str | Path | None = None,
           source: str | Path | None = None, stop_on: StopOn | str = StopOn.ANOMALIES,
-          judge: int | None = 2) -> Sweep:
+          judge: int | None = JUDGED_ROOMS) -> Sweep:
     """Reproduction mode for an unknown bug: the cells of ``workbench.drive.modes.plan(shapes,
     modes, seed=seed, pairs=pairs)`` in turn (``shapes`` as they are, each mode alone, then
     pairs of modes), a fresh pair each with seeds ``seed..seed+bursts_per_shape-1``, until the

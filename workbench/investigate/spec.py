@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from workbench.judge import JUDGED_ROOMS
 from workbench.search import CONFIDENCE
-
-JUDGED_ROOMS = 2  # unflagged rooms per burst the buffer oracle compares with the reference
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - the flag's help text

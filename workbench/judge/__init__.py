@@ -12,9 +12,9 @@ from workbench.judge.findings import (
     record_finding,
 )
 from workbench.judge.oracle import LOGPROB_TOLERANCE, ReferenceOracle, Verdict, judge
-from workbench.judge.rules import judge_rooms, unexpected_errors
+from workbench.judge.rules import JUDGED_ROOMS, judge_rooms, unexpected_errors
 from workbench.judge.symptoms import Symptom, symptoms
 
-__all__ = ["LOGPROB_TOLERANCE", "FindingDraft", "FindingNotSupported", "ReferenceOracle",
-           "Symptom", "Verdict", "judge", "judge_rooms", "read_findings", "record_drafts",
-           "record_finding", "symptoms", "unexpected_errors"]
+__all__ = ["JUDGED_ROOMS", "LOGPROB_TOLERANCE", "FindingDraft", "FindingNotSupported",
+           "ReferenceOracle", "Symptom", "Verdict", "judge", "judge_rooms", "read_findings",
+           "record_drafts", "record_finding", "symptoms", "unexpected_errors"]

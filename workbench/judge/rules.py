@@ -31,6 +31,11 @@ def coverage(turn: int, prompt_tokens: int | None, page_size: int, chunk_size: i
     return tuple(out)
 
 
+JUDGED_ROOMS = 2
+"""Unflagged rooms per burst the buffer oracle compares with the reference, by default
+(``None``: every completed one; 0: none). Every default of a ``judge`` parameter is this."""
+
+
 def judge_rooms(requests: pl.DataFrame, n: int | None, *,
                 page_size: int = EngineConfig.page_size,
                 chunk_size: int = EngineConfig.chunk_size) -> list[int]:

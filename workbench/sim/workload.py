@@ -13,7 +13,7 @@ from engine.patches import PATCHES, SIMULATED, SIMULATED_PD
 from engine.sim import Decision
 from workbench.drive import LoadResult
 from workbench.drive.shapes import HICACHE, RACE_FAULTS, Shape, shape_of
-from workbench.judge import unexpected_errors
+from workbench.judge import JUDGED_ROOMS, unexpected_errors
 
 DECODE_ARGS = {"--max-transfer-queue": "transfer_queue",
                "--waiting-timeout-s": "waiting_timeout_s"}  # decode flag -> Workload field
@@ -72,7 +72,7 @@ class Workload:
     request_timeout_s: float = 45.0
     drain_s: float = 40.0
     expect_aborts: bool = False  # as ``Shape.expect_aborts``: KV timeouts are provoked
-    judge: int = 2  # rooms whose buffers are compared with the reference (needs debug_capture)
+    judge: int = JUDGED_ROOMS  # rooms compared with the reference (needs debug_capture)
     time_quantum_us: float = 0.0  # timing jitter: events this close are ordered by the strategy
     pct_horizon: int = 4000  # PCT's change points fall in this many first decisions
 
