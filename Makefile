@@ -51,7 +51,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check engine workbench tests bench
 
 demo: $(STAMP)
-	$(PY) -m workbench.report.demo
+	$(PY) -m workbench.cli demo
 
 bench: $(STAMP)
 	$(PY) -m bench

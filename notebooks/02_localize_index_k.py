@@ -43,9 +43,9 @@ from workbench import (
     investigate,
     load_dump,
     plots,
-    record_finding,
     reproduce,
 )
+from workbench.judge import record_drafts
 from workbench.report import divergence_map, divergence_view
 
 pl.Config.set_tbl_rows(40)
@@ -94,17 +94,11 @@ plots.plot_layer_errors(d)
 # divergence itself, and the checks say it is consistent across rooms.
 
 # %%
-firsts = [(x.first.stage.name.lower(), x.first.buffer) for x in locs if x.first is not None]
 replay = {"patches": patches, "shape": shape, "seeds": rep.seeds, "rooms": [x.room for x in locs],
           "sessions": sessions, "turns": turns, "max_tokens": max_tokens}
-print(record_finding(
-    f"first divergence: {loc.describe()}",
-    {"a flagged room localized": loc.first is not None,
-     "every localized room diverges first at the same stage and buffer":
-         len(firsts) > 0 and len(set(firsts)) == 1},
-    evidence={"first": [x.first.describe() for x in locs if x.first is not None],
-              "divergences": [len(x.divergences) for x in locs]},
-    replay=replay, source="02_localize_index_k", ledger=findings_ledger))
+where, copy = investigate.localization_findings(locs)
+print(*record_drafts([where], replay=replay, source="02_localize_index_k",
+                     ledger=findings_ledger))
 
 # %% [markdown]
 # ## Finding 2: what the transfer did with it
@@ -112,14 +106,7 @@ print(record_finding(
 # if any, travelled through an exact copy), or did the transfer itself change them?
 
 # %%
-transfer = [x for lo in locs for x in lo.divergences if x.stage.name == "TRANSFER"]
-exact = not transfer
-print(record_finding(
-    "the decode holds exactly the prefill's prompt buffers" if exact else
-    f"the transfer changed buffers: {sorted({x.buffer for x in transfer})}",
-    {"every localized room compared both sides": all(x.compared > 0 for x in locs)},
-    evidence={"transfer_divergences": [x.describe() for x in transfer][:6],
-              "rooms": len(locs)},
-    replay=replay, source="02_localize_index_k", ledger=findings_ledger))
+print(*record_drafts([copy], replay=replay, source="02_localize_index_k",
+                     ledger=findings_ledger))
 later = loc.divergences[1:9]
 print("later divergences of room", room, *[x.describe() for x in later], sep="\n  ")

@@ -41,7 +41,9 @@ from pathlib import Path
 
 import polars as pl
 
-from workbench import PatchSeries, bisect_patch_series, record_finding
+from workbench import PatchSeries, bisect_patch_series
+from workbench.investigate import culprit_findings
+from workbench.judge import record_drafts
 from workbench.report import live_bisection, plots
 
 Path(store).parent.mkdir(parents=True, exist_ok=True)
@@ -79,14 +81,8 @@ print(f"fixed-repeat: {per_probe} clean trials per good call, at most {fixed_cos
 # ## Finding: the culprit is the patch that drops the index-K wait gate
 
 # %%
-added = PatchSeries(tuple(series)).added_by(res.claimed) if res.claimed else None
-print(record_finding(
-    "the culprit is the patch that drops the index-K wait gate",
-    {"bisection converged": res.converged,
-     f"posterior >= {confidence}": res.confidence >= confidence,
-     "culprit adds hicache_index_k_no_wait": added == "hicache_index_k_no_wait"},
-    evidence={"culprit": res.claimed, "posterior": res.confidence, "trials": res.trials_spent,
-              "fail_rate_bad": res.estimated_fail_rate_bad},
-    replay={"series": series, "seed": seed, "sessions": sessions, "store": store},
-    source="03_bisect_patch_series", ledger=findings_ledger))
-print(f"culprit patch: {added}")
+for finding in record_drafts(
+        culprit_findings(res, series, confidence, expected="hicache_index_k_no_wait"),
+        replay={"series": series, "seed": seed, "sessions": sessions, "store": store},
+        source="03_bisect_patch_series", ledger=findings_ledger):
+    print(finding)

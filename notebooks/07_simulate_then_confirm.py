@@ -42,9 +42,11 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import record_finding, sim
+from workbench import sim
 from workbench.investigate import reproduce
+from workbench.judge import record_drafts
 from workbench.report import plot_schedule_timeline, schedule_timeline, schedule_view
+from workbench.studies import confirm
 
 workload = sim.Workload(sessions=sessions)
 explored = sim.explore(patches, seeds=range(seeds), workload=workload, strategy=strategy,
@@ -85,14 +87,9 @@ fixed = sim.explore([], seeds=range(fixed_seeds), workload=workload, strategy=st
                     stop_on_failure=False, progress=False)
 flagged = found.result.requests.filter(pl.col("flagged"))
 replay = {"patches": patches, "seed": found.seed, "strategy": strategy, "sessions": sessions}
-print(record_finding(
-    "the simulated failure replays exactly and the fixed code passes",
-    {"a schedule failed": found is not None and found.flagged > 0,
-     "every replay is identical": all(a.fingerprint == found.fingerprint for a in again),
-     "fixed code: no failing schedule": not fixed.failures},
-    evidence={"seed": found.seed, "fingerprint": found.fingerprint, "flagged": found.flagged,
-              "fixed_schedules": len(fixed.runs)},
-    replay=replay, source="07_simulate_then_confirm", ledger=findings_ledger))
+for finding in record_drafts(confirm.replay_findings(found, again, fixed), replay=replay,
+                             source="07_simulate_then_confirm", ledger=findings_ledger):
+    print(finding)
 flagged.select(["session", "turn", "kind", "v_first_diff", "v_leaked"])
 
 # %% [markdown]
@@ -102,11 +99,10 @@ flagged.select(["session", "turn", "kind", "v_first_diff", "v_leaked"])
 
 # %%
 real = reproduce(patches, variant="buggy", shape=confirm_shape, max_bursts=max_bursts)
-print(record_finding(
-    "a real PD pair confirms the simulated failure",
-    {"the real pair flags responses": real.flagged > 0},
-    evidence={"bursts": real.bursts}, replay={**replay, "shape": confirm_shape},
-    source="07_simulate_then_confirm", ledger=findings_ledger))
+for finding in record_drafts(confirm.real_pair_findings(real),
+                             replay={**replay, "shape": confirm_shape},
+                             source="07_simulate_then_confirm", ledger=findings_ledger):
+    print(finding)
 print(f"confirmed: {real.flagged} flagged on the real pair vs seed {found.seed} in sim")
 
 # %% [markdown]
@@ -122,16 +118,11 @@ pd_found = sim.explore([pd_bug], seeds=range(pd_seeds), workload=pd_workload,
                        progress=False).first_failure
 pd_fixed = sim.run([], pd_found.seed, pd_workload)
 pd_real = reproduce([pd_bug], variant="buggy", shape=pd_shape, max_bursts=max_bursts)
-print(record_finding(
-    "a simulated PD pair finds the late write after an abort; a real pair confirms it",
-    {"a schedule wrote late": pd_found is not None and pd_found.evidence.late_writes > 0,
-     "its seed replays exactly": sim.replay(pd_found).fingerprint == pd_found.fingerprint,
-     "the fixed code passes the same schedule": pd_fixed.anomalies == 0,
-     "the real pair writes late too": int(pd_real.bursts["late_writes"].sum()) > 0},
-    evidence={"seed": pd_found.seed, "sim": str(pd_found.evidence),
-              "real_late_writes": int(pd_real.bursts["late_writes"].sum())},
-    replay={"patches": [pd_bug], "seed": pd_found.seed, "shape": pd_shape,
-            "sessions": pd_sessions},
-    source="07_simulate_then_confirm", ledger=findings_ledger))
+pd_replay = {"patches": [pd_bug], "seed": pd_found.seed, "shape": pd_shape,
+             "sessions": pd_sessions}
+for finding in record_drafts(
+        confirm.late_write_findings(pd_found, sim.replay(pd_found), pd_fixed, pd_real),
+        replay=pd_replay, source="07_simulate_then_confirm", ledger=findings_ledger):
+    print(finding)
 print(f"PD sim: seed {pd_found.seed} {pd_found.evidence}; real pair: "
       f"{int(pd_real.bursts['late_writes'].sum())} late writes")

@@ -12,14 +12,14 @@ import pytest
 from engine.text import Tokenizer
 from engine.text.tokenizer import FC_OPEN
 from workbench.drive.load import RequestRecord
+from workbench.drive.replay import body_of, compare
 from workbench.judge.oracle import judge
 from workbench.report import Explorer, ExplorerFilter, embed_fonts, explore, export_html
-from workbench.report.explorer import Mark, detail, requests_table
+from workbench.report.explorer.table import Mark, detail, requests_table
 from workbench.report.fonts import FULLWIDTH_BAR, covered, subset_font, vocab_chars
-from workbench.report.monitor import wanted_metrics
-from workbench.report.monitor_data import embedded_sample, metrics_sample, panel, with_rate
-from workbench.report.monitor_view import panel_html
-from workbench.report.replay import body_of, compare
+from workbench.report.monitor.data import embedded_sample, metrics_sample, panel, with_rate
+from workbench.report.monitor.html import panel_html
+from workbench.report.monitor.view import wanted_metrics
 from workbench.report.static import WIDGET_VIEW, static_notebook
 
 TOK = Tokenizer()
@@ -48,7 +48,7 @@ def frame() -> pl.DataFrame:
 
 
 def test_the_explorer_widget_lists_flagged_requests_and_shows_the_one_picked(frame):
-    from workbench.report.explorer_widget import ExplorerWidget
+    from workbench.report.explorer.widget import ExplorerWidget
 
     view = ExplorerWidget(Explorer(frame))
     assert view.verdict.value == "flagged" and len(view.pick.options) == 3

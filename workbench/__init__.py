@@ -4,7 +4,7 @@ The names a notebook starts from. The rest lives in packages by concern whose im
 point down ``LAYERS`` (top first; ``tests/test_layout.py`` enforces it):
 
 - ``report``       plots and views for notebook cells (``explore``, ``monitor``), rendering a
-                   notebook with its static views and embedded font, the demo
+                   notebook with its static views and embedded font
 - ``studies``      kill storms, vLLM crash studies, kernel comparisons, planted histories
 - ``investigate``  reproduce, sweep, bisect (commits, patch series), ``investigate`` an
                    unknown bug end to end (the pipeline; it never calls a study)

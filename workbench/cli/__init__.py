@@ -8,11 +8,12 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 from engine.cli import parse_overrides
-from workbench.cli.flags import spec_from_args
+from workbench.cli.flags import given, spec_from_args
 from workbench.cli.parser import LOAD_DEFAULTS, build_parser
 
 log = logging.getLogger("wb")
@@ -90,6 +91,10 @@ def cmd_dump(args) -> None:
                  diff.first_bad_position, out)
 
 
+_LIBRARY_OWNED = ("shape", "sessions", "confidence", "seed", "max_trials", "ends_budget")
+"""``wb bisect`` flags whose defaults are the called function's (left out: not passed)."""
+
+
 def cmd_bisect(args) -> None:
     if bool(args.series) == bool(args.commits):
         raise SystemExit("wb bisect: give exactly one of --series A,B,... or --commits GOOD..BAD")
@@ -97,21 +102,17 @@ def cmd_bisect(args) -> None:
         from workbench.investigate import bisect_commits
 
         good, bad = _commit_range(args.commits, "wb bisect")
-        res = bisect_commits(args.source, good, bad, shape=args.shape, store=args.store,
-                             confidence=args.confidence, seed=args.seed,
-                             max_trials=args.max_trials or 40, patches=tuple(_names(args.patches)),
-                             judge=args.judge, ends_budget=args.ends_budget,
+        res = bisect_commits(args.source, good, bad, store=args.store,
+                             patches=tuple(_names(args.patches)), judge=args.judge,
                              deployments=args.deployments, workers=args.workers,
-                             address=args.address)
+                             address=args.address, **given(args, bisect_commits, _LIBRARY_OWNED))
     else:
         from workbench.investigate import bisect_patch_series
 
         if args.patches:
             raise SystemExit("wb bisect: --patches is for --commits (a series names its own)")
-        res = bisect_patch_series(_names(args.series), store=args.store, sessions=args.sessions,
-                                  confidence=args.confidence, seed=args.seed,
-                                  max_trials=args.max_trials or 60,
-                                  ends_budget=args.ends_budget)
+        res = bisect_patch_series(_names(args.series), store=args.store,
+                                  **given(args, bisect_patch_series, _LIBRARY_OWNED))
     res.history.write_parquet(Path(args.store).with_suffix(".history.parquet"))
     log.info("%s", res.headline())
 
@@ -170,6 +171,16 @@ def cmd_kernels(args) -> None:
              cmp.identical, cmp.within_tolerance, cmp.max_abs, args.out)
 
 
+def cmd_demo(args) -> None:
+    from workbench.cli import demo
+
+    if args.conversation:
+        demo.conversation(args.seed + 3, Path(args.log_dir or tempfile.mkdtemp(prefix="pdwb-demo")))
+        return
+    for html in demo.investigation(Path(args.reports_dir), args.seed):
+        log.info("report: %s", html.resolve())
+
+
 def cmd_report(args) -> None:
     from workbench.report import run_report
 
@@ -222,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         {"up": cmd_up, "load": cmd_load, "dump": cmd_dump, "bisect": cmd_bisect,
          "report": cmd_report, "kernels": cmd_kernels, "findings": cmd_findings,
-         "workloads": cmd_workloads, "investigate": cmd_investigate}[args.cmd](args)
+         "workloads": cmd_workloads, "investigate": cmd_investigate,
+         "demo": cmd_demo}[args.cmd](args)
     except ReportUnavailable as exc:
         raise SystemExit(f"wb {args.cmd}: {exc}") from None
 

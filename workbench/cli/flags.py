@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import typing
+from collections.abc import Callable
 from typing import Any
 
 
@@ -67,3 +69,18 @@ def spec_from_args(cls: type, args: argparse.Namespace, **extra: Any):
         return cls(**{**values, **extra})
     except ValueError as exc:
         raise SystemExit(f"wb {args.cmd}: {exc}") from None
+
+
+def defaults_of(*fns: Callable, name: str) -> str:
+    """``help`` text naming the library's default of parameter ``name`` in each of ``fns``
+    (a flag left out passes nothing, so the function's own default applies: never respelled)."""
+    shown = [f"{fn.__name__}: {inspect.signature(fn).parameters[name].default!r}" for fn in fns
+             if name in inspect.signature(fn).parameters]
+    return "default: the library's (" + "; ".join(shown) + ")"
+
+
+def given(args: argparse.Namespace, fn: Callable, names: tuple[str, ...]) -> dict[str, Any]:
+    """The flags among ``names`` that were given (not None) and that ``fn`` takes, as its
+    keyword arguments."""
+    params = inspect.signature(fn).parameters
+    return {n: getattr(args, n) for n in names if n in params and getattr(args, n) is not None}

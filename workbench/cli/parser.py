@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.cli.flags import add_spec_flags, judge_arg
+from workbench.cli.flags import add_spec_flags, defaults_of, judge_arg
 from workbench.drive import LoadConfig
+from workbench.investigate import bisect_commits, bisect_patch_series
 from workbench.investigate.spec import InvestigationSpec
 from workbench.judge import JUDGED_ROOMS
-from workbench.search import CONFIDENCE
 
 REPORTS_DIR = "reports"
 LOAD_DEFAULTS = {name: getattr(LoadConfig, name) for name in
@@ -75,20 +75,31 @@ def build_parser() -> argparse.ArgumentParser:
     bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --source to bisect")
     bis.add_argument("--source", "--repo", dest="source", default=".",
                      help="the checkout whose commits are bisected (--repo: its old name)")
-    bis.add_argument("--shape", default="baseline", help="the load shape of each trial")
+    bis.add_argument("--shape", help="the load shape of each trial; "
+                     + defaults_of(bisect_commits, name="shape"))
     bis.add_argument("--patches", default="",
                      help="patch variants enabled on every candidate commit, comma separated")
-    _search_flags(bis, None, "trial budget (default 40 for --commits, 60 for --series)")
-    bis.add_argument("--ends-budget", type=int, default=8,
-                     help="trials the bad end gets to fail once before bisecting (0: no check)")
+    _search_flags(bis, None, "trial budget; "
+                  + defaults_of(bisect_commits, bisect_patch_series, name="max_trials"))
+    bis.add_argument("--ends-budget", type=int,
+                     help="trials the bad end gets to fail once before bisecting (0: no check); "
+                     + defaults_of(bisect_commits, bisect_patch_series, name="ends_budget"))
     bis.add_argument("--deployments", type=int, default=1,
                      help="--commits: deployments at once, each round's probes chosen together")
     _where_flags(bis)
     bis.add_argument("--store", default="runs/bisect.sqlite")
-    bis.add_argument("--sessions", type=int, default=6)
-    bis.add_argument("--confidence", type=float, default=CONFIDENCE,
-                     help=f"posterior a culprit must reach (default {CONFIDENCE})")
-    bis.add_argument("--seed", type=int, default=0)
+    bis.add_argument("--sessions", type=int, help="--series: sessions per burst; "
+                     + defaults_of(bisect_patch_series, name="sessions"))
+    bis.add_argument("--confidence", type=float,
+                     help="posterior a culprit must reach; " + defaults_of(bisect_commits,
+                                                                          name="confidence"))
+    bis.add_argument("--seed", type=int, help=defaults_of(bisect_commits, name="seed"))
+    demo = sub.add_parser("demo", help="the flagship investigation (notebooks 01 and 02) to HTML")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--reports-dir", default=REPORTS_DIR)
+    demo.add_argument("--conversation", action="store_true",
+                      help="play one agentic tool-call conversation on one server instead")
+    demo.add_argument("--log-dir", help="server logs of --conversation (default: a temp dir)")
     rep = sub.add_parser("report")
     rep.add_argument("notebook")
     rep.add_argument("-p", "--param", nargs=2, action="append", default=[],

@@ -8,11 +8,13 @@ from workbench.drive.concurrency import LoadResult, inject_concurrency, run_sync
 from workbench.drive.kills import kill_storm, wedge_probe
 from workbench.drive.load import LoadConfig, RequestRecord
 from workbench.drive.modes import MODE_ORDER, MODES, Axis, Mode, cell_of, plan, with_modes
+from workbench.drive.replay import Replay, replay_alone
 from workbench.drive.shapes import SHAPES, SWEEP_ORDER, Shape, shape_of
 from workbench.drive.solo import SoloReport, solo_reference
 from workbench.drive.workloads import list_workloads, run_workload
 
 __all__ = ["MODES", "MODE_ORDER", "SHAPES", "SWEEP_ORDER", "Axis", "LoadConfig", "LoadResult",
-           "Mode", "RequestRecord", "Shape", "SoloReport", "cell_of", "inject_concurrency",
-           "kill_storm", "list_workloads", "plan", "run_sync", "run_workload", "shape_of",
-           "solo_reference", "wedge_probe", "wilson", "with_modes"]
+           "Mode", "Replay", "RequestRecord", "Shape", "SoloReport", "cell_of",
+           "inject_concurrency", "kill_storm", "list_workloads", "plan", "replay_alone",
+           "run_sync", "run_workload", "shape_of", "solo_reference", "wedge_probe", "wilson",
+           "with_modes"]

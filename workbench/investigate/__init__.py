@@ -4,6 +4,7 @@ on it live in ``workbench.studies``). Each returns a typed result; an outcome (n
 not localized, not converged, the engine died) is a result, never an exception."""
 
 from workbench.investigate.bursts import Burst, Reproduction, StopOn
+from workbench.investigate.claims import culprit_findings, localization_findings
 from workbench.investigate.commits import bisect_commits
 from workbench.investigate.investigation import diagnose, investigate, localize_flagged
 from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
@@ -21,5 +22,6 @@ from workbench.investigate.steps import (
 
 __all__ = ["BUGGY", "RACE_ENGINE", "RACE_FAULTS", "Burst", "Diagnosis", "Investigation",
            "InvestigationSpec", "Outcome", "PatchSeries", "Reproduction", "StopOn", "Sweep",
-           "bisect_commits", "bisect_patch_series", "diagnose", "first_flags", "flagged_requests",
-           "investigate", "localize_flagged", "race_counts", "rates_table", "reproduce", "sweep"]
+           "bisect_commits", "bisect_patch_series", "culprit_findings", "diagnose",
+           "first_flags", "flagged_requests", "investigate", "localization_findings",
+           "localize_flagged", "race_counts", "rates_table", "reproduce", "sweep"]

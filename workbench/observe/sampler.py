@@ -29,6 +29,10 @@ class PeriodicSampler:
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
 
+    def full(self) -> bool:
+        """Whether sampling has held ``max_samples`` rows (then the thread ends)."""
+        return self.max_samples is not None and len(self.rows) >= self.max_samples
+
     def __enter__(self):
         self.start()
         self._t0 = time.monotonic()
@@ -40,10 +44,14 @@ class PeriodicSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
 
     def _loop(self) -> None:
-        while not self._stop.is_set() and (self.max_samples is None
-                                           or len(self.rows) < self.max_samples):
+        while not self._stop.is_set() and not self.full():
             self.rows += self.sample(self.elapsed())
             self._stop.wait(self.interval_s)

@@ -1,9 +1,18 @@
 """Studies built on the pipeline, which the pipeline never calls: kill storms against a
-deployment (``storm``), vLLM worker deaths by condition and their claims (``crash_study``,
-``crash_findings``), kernel-set comparisons and planted kernel faults (``kernels``,
-``kernel_faults``), and seeded commit histories with a planted regression (``zoo``). Each is a
-module with its own public names; notebooks and benchmarks import the module."""
+deployment (``storm``), simulated failures confirmed on a real pair (``confirm``), vLLM worker
+deaths by condition and their claims (``crash_study``, ``crash_findings``), kernel-set
+comparisons and planted kernel faults (``kernels``, ``kernel_faults``), and seeded commit
+histories with a planted regression (``zoo``). Each is a module with its own public names;
+notebooks and benchmarks import the module."""
 
-from workbench.studies import crash_findings, crash_study, kernel_faults, kernels, storm, zoo
+from workbench.studies import (
+    confirm,
+    crash_findings,
+    crash_study,
+    kernel_faults,
+    kernels,
+    storm,
+    zoo,
+)
 
-__all__ = ["crash_findings", "crash_study", "kernel_faults", "kernels", "storm", "zoo"]
+__all__ = ["confirm", "crash_findings", "crash_study", "kernel_faults", "kernels", "storm", "zoo"]

@@ -14,7 +14,9 @@ import logging
 
 import polars as pl
 
-from workbench.report.explorer import (
+from workbench.drive.replay import Replay, ReplayTarget, replay_alone
+from workbench.report.explorer.html import CSS, STATIC_DETAILS, detail_html, table_html
+from workbench.report.explorer.table import (
     VERDICTS,
     Detail,
     ExplorerFilter,
@@ -23,8 +25,6 @@ from workbench.report.explorer import (
     requests_table,
     worst_first,
 )
-from workbench.report.explorer_html import CSS, STATIC_DETAILS, detail_html, table_html
-from workbench.report.replay import Replay, ReplayTarget, replay_alone
 from workbench.report.static import View, wrap
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 class Explorer(View):
     """``explore(result)``'s object; ``rows`` is ``requests_table(result)``. ``replay(i)``
-    replays request ``i`` alone on ``target`` (see ``workbench.report.replay``)."""
+    replays request ``i`` alone on ``target`` (see ``workbench.drive.replay``)."""
 
     kind = "explorer"
 
@@ -72,7 +72,7 @@ class Explorer(View):
         from workbench.scale import in_notebook
 
         if self._widget is None and in_notebook():
-            from workbench.report.explorer_widget import build
+            from workbench.report.explorer.widget import build
 
             self._widget = build(self)
         return self._widget

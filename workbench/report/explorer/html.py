@@ -6,7 +6,7 @@ import html
 
 import polars as pl
 
-from workbench.report.explorer import Detail, Mark
+from workbench.report.explorer.table import Detail, Mark
 from workbench.report.static import figure_png, png_img
 
 TABLE_COLUMNS = ("request", "variant", "seed", "session", "turn", "kind", "verdict",

@@ -4,7 +4,7 @@
 a list of them, or their ``requests`` frame) with a ``verdict`` label and a stable ``request``
 number; ``filter_requests`` applies an ``ExplorerFilter``; ``detail(row)`` gives the
 conversation, the response and the reference token by token, with the first differing token
-marked and the per-token logprob drift. ``workbench.report.explorer_view`` draws them.
+marked and the per-token logprob drift. ``workbench.report.explorer.view`` draws them.
 
 Invariants: a row's ``verdict`` is the first of ``VERDICTS`` its flags carry (``clean`` when
 none); in a ``Detail`` the tokens before ``first_diff`` are ``SAME`` on both sides, the token at

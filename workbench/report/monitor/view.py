@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import httpx
 
 from workbench.deploy import Capability, PDPair
-from workbench.report.monitor_data import (
+from workbench.observe.sampler import PeriodicSampler
+from workbench.report.monitor.data import (
     GENERATED,
     VLLM_GAUGES,
     VLLM_KV,
@@ -71,6 +72,23 @@ def _get(client: httpx.Client, url: str) -> httpx.Response:
     return r
 
 
+@dataclass(eq=False, kw_only=True)
+class _Ticks(PeriodicSampler):
+    """The monitor's sampling thread: ``observe``'s one sampler implementation; the samples
+    themselves are the monitor's (``Monitor.tick``)."""
+
+    monitor: Monitor
+    pair: PDPair
+
+    def sample(self, t_s: float) -> list[dict]:
+        self.monitor.tick(self.pair, round(t_s, 2))
+        self.monitor._refresh()
+        return []
+
+    def full(self) -> bool:
+        return len(self.monitor.samples) >= self.monitor.max_samples
+
+
 class Monitor(View):
     """Samples a pair every ``interval_s`` on one thread (``watching(pair)`` or ``start``) and
     draws ``panel()``. ``flagged`` counts what ``record`` was told (the loads' verdicts)."""
@@ -82,14 +100,11 @@ class Monitor(View):
         self.samples: list[RoleSample] = []
         self.flagged = 0
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticks: _Ticks | None = None
         self._last: dict[str, RoleSample] = {}
         self._live = None
         self._lock = threading.Lock()
-        self._pair: PDPair | None = None
         self._client: httpx.Client | None = None
-        self._t0 = 0.0
 
     def __repr__(self) -> str:
         return f"Monitor({self.panel().ticks} ticks, {self.flagged} flagged)"
@@ -134,33 +149,21 @@ class Monitor(View):
 
     def start(self, pair: PDPair) -> Monitor:
         """Starts sampling ``pair`` afresh (and, in a notebook, shows the live view)."""
-        if self._thread is not None:
+        if self._ticks is not None:
             raise RuntimeError("this monitor is already running; stop() it first")
-        self._stop.clear()
         with self._lock:  # one monitor draws one run: a restart starts a fresh picture
             self.samples, self._last, self.flagged, self.errors = [], {}, 0, 0
         self._live = self._show_live()
-        t0 = time.monotonic()
-
-        def loop() -> None:
-            while not self._stop.is_set() and len(self.samples) < self.max_samples:
-                self.tick(pair, round(time.monotonic() - t0, 2))
-                self._refresh()
-                self._stop.wait(self.interval_s)
-
-        self._pair, self._t0 = pair, t0
-        self._thread = threading.Thread(target=loop, daemon=True, name="wb-monitor")
-        self._thread.start()
+        self._ticks = _Ticks(interval_s=self.interval_s, monitor=self, pair=pair).__enter__()
         return self
 
     def stop(self) -> None:
         """Ends sampling; in a notebook the live view gives way to the static figure."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        ticks, self._ticks = self._ticks, None
+        if ticks is not None:
+            ticks.__exit__(None, None, None)
             # the last tick after the load: the flags recorded at its end, the drained state
-            self.tick(self._pair, round(time.monotonic() - self._t0, 2))
+            self.tick(ticks.pair, round(ticks.elapsed(), 2))
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -197,12 +200,12 @@ class Monitor(View):
             self._live.value = self.live_html()
 
     def live_html(self) -> str:
-        from workbench.report.monitor_view import panel_html
+        from workbench.report.monitor.html import panel_html
 
         return panel_html(self.panel(), live=True)
 
     def static_html(self) -> str:
-        from workbench.report.monitor_view import panel_html, panel_png
+        from workbench.report.monitor.html import panel_html, panel_png
         from workbench.report.static import png_img
 
         p = self.panel()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 import logging
 
-from workbench.report.explorer import VERDICTS, ExplorerFilter, options, worst_first
-from workbench.report.explorer_html import CSS, detail_html
+from workbench.report.explorer.html import CSS, detail_html
+from workbench.report.explorer.table import VERDICTS, ExplorerFilter, options, worst_first
 from workbench.report.fonts import font_face_css
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from workbench.report.monitor_data import Panel, RoleSeries
+from workbench.report.monitor.data import Panel, RoleSeries
 from workbench.report.static import figure_png
 
 

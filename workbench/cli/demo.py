@@ -1,18 +1,17 @@
-"""``make demo``: the flagship investigation end to end, written as HTML reports.
+"""``wb demo`` (``make demo``): the flagship investigation end to end, written as HTML reports.
 
 Runs notebook 01 (reproduce the tool-call corruption on the buggy variants, show it vanishes
 on the fixed ones) and notebook 02 (dump index-K at a failing request, diff it against the
-reference, localize the stale layer/positions) on the embedded engine, then prints where the
-reports are. ``--conversation`` instead starts one server on the shipped model and plays an
-agentic tool-call conversation (tools "execute" to seeded results, replayable by ``--seed``).
+reference, localize the stale layer/positions) on the embedded engine, then says where the
+reports are. ``wb demo --conversation`` instead starts one server on the shipped model and plays
+an agentic tool-call conversation (tools "execute" to seeded results, replayable by
+``--seed``). The flags are ``wb demo``'s (``workbench.cli.parser``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import tempfile
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import openai
 from engine.training.datagen import EVAL_SEED_BASE, make_transcript
 from workbench.deploy.process import ServerProcess, python_module
 
-log = logging.getLogger("workbench.report.demo")
+log = logging.getLogger("workbench.cli.demo")
 
 
 def run_conversation(base_url: str, seed: int) -> list[dict]:
@@ -75,23 +74,3 @@ def investigation(out_dir: Path, seed: int) -> list[Path]:
     reports = [run_report(nb_dir / name, {"seed": seed}, out_dir) for name in FLAGSHIP]
     log.info("investigation done in %.0f s", time.monotonic() - t0)
     return reports
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out-dir", type=Path, default=Path("reports"))
-    ap.add_argument("--conversation", action="store_true",
-                    help="play one agentic tool-call conversation instead")
-    ap.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()) / "pdwb-demo")
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.conversation:
-        conversation(args.seed + 3, args.log_dir)
-        return
-    for html in investigation(args.out_dir, args.seed):
-        print(f"report: {html.resolve()}")
-
-
-if __name__ == "__main__":
-    main()
