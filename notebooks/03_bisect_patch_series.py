@@ -81,8 +81,9 @@ print(f"fixed-repeat: {per_probe} clean trials per good call, at most {fixed_cos
 # ## Finding: the culprit is the patch that drops the index-K wait gate
 
 # %%
+claims = culprit_findings(res, series, confidence, expected="hicache_index_k_no_wait")
 for finding in record_drafts(
-        culprit_findings(res, series, confidence, expected="hicache_index_k_no_wait"),
-        replay={"series": series, "seed": seed, "sessions": sessions, "store": store},
+        claims, replay={"series": series, "seed": seed, "sessions": sessions, "store": store},
         source="03_bisect_patch_series", ledger=findings_ledger):
     print(finding)
+print(f"culprit patch: {claims[0].evidence['added']}")
