@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.table import TableRow
 from engine.patches import PATCHES, ZOO
 from workbench.deploy import die_with_this_process
-from workbench.investigate import bisect_commits, investigate, sweep
+from workbench.investigate import BisectSpec, bisect_commits, investigate, sweep
 from workbench.observe import Stage
 from workbench.scale import executor_for
 from workbench.studies.zoo import plant_history
@@ -90,9 +90,10 @@ class ZooResult:
 def bisect_row(bug: str, shape: str, work: Path, seed: int, max_trials: int,
                deployments: int = 1) -> tuple:
     hist = plant_history(Path.cwd(), bug, work / f"history-{bug}", seed=seed)
-    res = bisect_commits(hist.path, hist.good, hist.bad, shape=shape, confidence=POSTERIOR,
-                         store=work / f"bisect-{bug}.sqlite", log_dir=work / f"blogs-{bug}",
-                         max_trials=max_trials, seed=seed, deployments=deployments)
+    res = bisect_commits(BisectSpec(
+        f"{hist.good}..{hist.bad}", hist.path, shape, confidence=POSTERIOR, max_trials=max_trials,
+        seed=seed, deployments=deployments, store=work / f"bisect-{bug}.sqlite",
+        log_dir=work / f"blogs-{bug}"))
     right = res.claimed == hist.culprit  # claimed: only a converged bisection names one
     outcome = "right" if right else "wrong" if res.claimed else res.outcome.value
     return res.trials_spent, right, round(float(res.confidence), 3), outcome

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -44,9 +44,9 @@ findings_ledger = "runs/findings.jsonl"
 # %%
 import polars as pl
 
-from workbench import Monitor, explore, investigate, record_finding
+from workbench import Monitor, explore, investigate
 from workbench.investigate import reproduce
-from workbench.judge import symptoms as symptoms_of
+from workbench.judge import record_drafts
 from workbench.report import plots
 
 pl.Config.set_tbl_rows(30)
@@ -102,16 +102,10 @@ explore(buggy)
 
 # %%
 b = rates.row(0, named=True)
-leaks = buggy.requests.filter(pl.col("v_leaked"))
 replay = {"patches": buggy_patches, "seeds": buggy.seeds, "sessions": sessions, "turns": turns,
           "max_tokens": max_tokens, "router": router}
-print(record_finding(
-    "the buggy variants leak DSML into content; the race really fired",
-    {"DSML leaked": b["leaked"] > 0, "every leak is flagged": b["flagged"] >= b["leaked"],
-     "every first-flag leak is a reference mismatch":
-         not investigate.first_flags(buggy).filter(pl.col("v_leaked"))["v_ref_match"].any(),
-     "stale index-K reads": b["stale_reads"] > 0, "stale index-K sends": b["stale_sends"] > 0},
-    evidence=b, replay=replay, source="01_reproduce_corruption", ledger=findings_ledger))
+recorded = {"source": "01_reproduce_corruption", "ledger": findings_ledger}
+print(*record_drafts(investigate.leak_findings(buggy), replay=replay, **recorded))
 print(f"buggy: {b['leaked']} DSML leaks, {b['flagged']}/{b['requests']} flagged "
       f"({b['rate']:.1%}, 95% CI {b['lo']:.1%}-{b['hi']:.1%}); first flag "
       f"{buggy.first_flag_s}s after launch")
@@ -121,13 +115,8 @@ print(f"buggy: {b['leaked']} DSML leaks, {b['flagged']}/{b['requests']} flagged 
 
 # %%
 f = rates.row(1, named=True)
-print(record_finding(
-    "over the same seeded load the fixed variants never corrupt, never race",
-    {"no flags": f["flagged"] == 0, "no leaks": f["leaked"] == 0,
-     "at least the buggy run's load": f["requests"] >= b["requests"],
-     "no stale reads or sends": f["stale_reads"] == 0 and f["stale_sends"] == 0},
-    evidence=f, replay={**replay, "patches": []}, source="01_reproduce_corruption",
-    ledger=findings_ledger))
+print(*record_drafts(investigate.control_findings(fixed, buggy),
+                     replay={**replay, "patches": []}, **recorded))
 print(f"fixed: 0/{f['requests']} flagged (95% CI upper bound {f['hi']:.1%})")
 
 # %% [markdown]
@@ -144,24 +133,11 @@ sgl = reproduce(buggy_patches, variant="buggy, sglang parser", shape="hicache_ra
                 sessions=sessions, turns=turns, max_tokens=max_tokens, seed=seed, max_bursts=max_bursts,
                 stop_after_flags=stop_after_flags, stop_on="flagged", router=router,
                 engine={**investigate.RACE_ENGINE, "tool_parser": "sglang"})
-opener = "<｜DSML｜function_calls>"
-s = investigate.rates_table([sgl]).row(0, named=True)
-judged = sgl.requests.filter(pl.col("v_leaked").is_not_null())
-symptoms = {name: {"leaked": r["leaked"], "dropped": r["dropped"],
-                   "mismatched": r["mismatched"], "flagged": r["flagged"],
-                   "requests": r["requests"]} for name, r in (("strict", b), ("sglang", s))}
-print(record_finding(
-    "under SGLang's fail-closed parser the same corruption is dropped, not leaked",
-    {"the race corrupts output under the sglang parser too": s["flagged"] > 0,
-     "the race fired": s["stale_sends"] > 0,
-     "no sglang response holds a block opener":
-         not judged["content"].str.contains(opener, literal=True).any()},
-    evidence={"symptoms": symptoms,
-              "strict leaks holding a block opener":
-                  int(leaks["content"].str.contains(opener, literal=True).sum())},
-    replay={**replay, "seeds": sgl.seeds, "engine": {"tool_parser": "sglang"}},
-    source="01_reproduce_corruption", ledger=findings_ledger))
-pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])
+(parsed,) = record_drafts(investigate.parser_findings(sgl, buggy),
+                          replay={**replay, "seeds": sgl.seeds,
+                                  "engine": {"tool_parser": "sglang"}}, **recorded)
+print(parsed)
+pl.DataFrame([{"parser": k, **v} for k, v in parsed.evidence["symptoms"].items()])
 
 # %% [markdown]
 # ## Finding 4: the parser decides the symptom of the same corrupted tokens
@@ -177,17 +153,5 @@ pl.DataFrame([{"parser": k, **v} for k, v in symptoms.items()])
 # both releases and vanish from both when streamed.
 
 # %%
-corrupted = investigate.first_flags(buggy).filter(pl.col("v_leaked"))
-seen = symptoms_of(corrupted)
-counts = {col: seen[col].value_counts().sort(col).rows() for col in seen.columns[4:]}
-shown = seen.select(seen.columns[4:])
-print(record_finding(
-    "the parser decides the symptom of the same corrupted tokens",
-    {"corrupted turns to compare": len(seen) > 0,
-     "strict leaks every one": (seen["strict"] == "leaked").all(),
-     "streamed, SGLang 0.5.23 never shows raw DSML": not (seen["sglang_stream"] == "leaked").any(),
-     "the symptom differs between parsers":
-         any(len(set(row)) > 1 for row in shown.iter_rows())},
-    evidence={"symptoms": counts, "turns": len(seen)},
-    replay=replay, source="01_reproduce_corruption", ledger=findings_ledger))
-seen
+print(*record_drafts(investigate.symptom_findings(buggy), replay=replay, **recorded))
+investigate.symptom_table(buggy)

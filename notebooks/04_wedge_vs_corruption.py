@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -37,32 +37,18 @@ probe_timeout_s = 20
 findings_ledger = "runs/findings.jsonl"
 
 # %%
-import time
-
 import polars as pl
 
-from workbench import investigate, launch_pd_pair, record_finding
-from workbench.drive import kill_storm, wedge_probe
-from workbench.observe import QueueSampler
+from workbench.judge import record_drafts
 from workbench.report import plots
+from workbench.studies import wedge
 
-frames, rows = [], []
-for name, patches in variants.items():
-    with launch_pd_pair(patches=patches, engine=investigate.RACE_ENGINE,
-                        faults={"seed": 1, "transfer_fixed_ms": transfer_fixed_ms},
-                        decode_args=("--max-transfer-queue", str(max_transfer_queue))) as pair:
-        with QueueSampler(pair, interval_s=0.2) as sampler:
-            killed = kill_storm(pair, kills, kill_at_s)
-            time.sleep(settle_s)
-            transfer = pair.debug("/debug/queues")["transfer"]
-            served = wedge_probe(pair, timeout_s=probe_timeout_s)
-        frames.append(sampler.frame().with_columns(pl.lit(name).alias("variant")))
-        rows.append({"variant": name, "killed": killed, "transfer_entries": len(transfer),
-                     "orphaned": sum(bool(e["orphaned"]) for e in transfer),
-                     "served_after": served})
-queues = pl.concat(frames)
-summary = pl.DataFrame(rows)
-summary
+cfg = wedge.WedgeConfig(kills=kills, kill_at_s=kill_at_s, transfer_fixed_ms=transfer_fixed_ms,
+                        max_transfer_queue=max_transfer_queue, settle_s=settle_s,
+                        probe_timeout_s=probe_timeout_s)
+run = wedge.run_wedge(variants, cfg)
+queues = run.queues
+run.summary
 
 # %%
 for name in variants:
@@ -76,19 +62,10 @@ for name in variants:
 # same kills.
 
 # %%
-by = {r["variant"]: r for r in summary.iter_rows(named=True)}
-wedged = by["orphan cleanup"]
-replay = {"variants": variants, "kills": kills, "kill_at_s": kill_at_s,
-          "transfer_fixed_ms": transfer_fixed_ms, "max_transfer_queue": max_transfer_queue}
-checks = {"every variant got all its kills": all(r["killed"] == kills for r in by.values()),
-          "orphan cleanup: queue full of orphans": wedged["orphaned"] == max_transfer_queue,
-          "orphan cleanup: a fresh request hangs": not wedged["served_after"]}
-for name in ("fixed", "index-K race"):
-    checks[f"{name}: queue drained, still serving"] = (by[name]["transfer_entries"] == 0
-                                                       and by[name]["served_after"])
-print(record_finding("only the abort-cleanup variant wedges", checks,
-                     evidence={"summary": summary}, replay=replay,
-                     source="04_wedge_vs_corruption", ledger=findings_ledger))
+only, own_cause = record_drafts(wedge.findings(run, "orphan cleanup", ["fixed", "index-K race"]),
+                                replay=run.replay(variants), source="04_wedge_vs_corruption",
+                                ledger=findings_ledger)
+print(only)
 
 # %% [markdown]
 # ## Finding 2: the wedge does not share the index-K cause
@@ -97,13 +74,4 @@ print(record_finding("only the abort-cleanup variant wedges", checks,
 # for one does not fix the other.
 
 # %%
-orphans = queues.filter(pl.col("queue") == "transfer").group_by("variant").agg(
-    pl.col("orphaned").max())
-peak = dict(orphans.iter_rows())
-print(record_finding(
-    "the wedge does not share the index-K cause",
-    {"index-K race leaves no orphan": peak["index-K race"] == 0,
-     "fixed leaves no orphan": peak["fixed"] == 0,
-     "orphan cleanup leaves orphans": peak["orphan cleanup"] > 0},
-    evidence={"peak_orphans": peak}, replay=replay, source="04_wedge_vs_corruption",
-    ledger=findings_ledger))
+print(own_cause)

@@ -2,40 +2,52 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from workbench.cli import build_parser
 
 
-def test_wb_bisect_takes_patches_judge_trials_shape_and_ends_budget():
+def test_wb_bisect_builds_the_bisect_spec_from_its_flags():
+    from workbench.cli.flags import spec_from_args
+    from workbench.investigate import BisectSpec
+
     parse = build_parser().parse_args
     args = parse(["bisect", "--commits", "v1..v2", "--patches", "a,b", "--judge", "all",
-                  "--max-trials", "12", "--shape", "kills", "--ends-budget", "4"])
-    assert (args.commits, args.patches, args.judge, args.max_trials, args.shape,
-            args.ends_budget) == ("v1..v2", "a,b", None, 12, "kills", 4)
-    plain = parse(["bisect", "--commits", "v1..v2"])
-    assert (plain.judge, plain.max_trials, plain.ends_budget, plain.patches) == (2, None, None, "")
+                  "--max-trials", "12", "--shape", "kills", "--ends-budget", "4", "--repo", "x"])
+    assert spec_from_args(BisectSpec, args) == BisectSpec(
+        "v1..v2", "x", "kills", ("a", "b"), None, max_trials=12, ends_budget=4)
+    assert spec_from_args(BisectSpec, parse(["bisect", "--commits", "v1..v2"])) == \
+        BisectSpec("v1..v2")
 
 
-def test_wb_bisect_leaves_the_library_s_defaults_to_the_library():
-    """A flag the library owns defaults to None and is not passed: the called function's own
-    default applies (its help says which); the rest equal the function's defaults."""
+def test_every_wb_bisect_flag_default_is_the_spec_s_or_the_series_function_s():
+    """A flag left out sets nothing: ``--commits`` gets ``BisectSpec``'s default,
+    ``--series`` ``bisect_patch_series``'s; the help shows both, nothing spells a third."""
+    import dataclasses
     import inspect
 
-    from workbench.cli import _LIBRARY_OWNED, given
-    from workbench.investigate import bisect_commits, bisect_patch_series
+    from workbench.cli import given
+    from workbench.cli.parser import SERIES_SHARED
+    from workbench.investigate import BisectSpec, bisect_patch_series
 
     sub = next(a for a in build_parser()._actions if a.dest == "cmd").choices["bisect"]
     acts = {a.dest: a for a in sub._actions}
-    for name in _LIBRARY_OWNED:
-        assert acts[name].default is None and "the library's" in acts[name].help, name
-    params = inspect.signature(bisect_commits).parameters
-    for name in ("judge", "deployments", "workers", "address", "patches"):
-        want = params[name].default
-        assert acts[name].default in (want, "" if want == () else want), name
+    params = inspect.signature(bisect_patch_series).parameters
+    for f in dataclasses.fields(BisectSpec):
+        assert acts[f.name].default is argparse.SUPPRESS, f.name
+        if f.name in SERIES_SHARED:
+            assert f"{params[f.name].default!r}" in acts[f.name].help, f.name
     args = build_parser().parse_args(["bisect", "--series", "a,b", "--sessions", "3"])
-    assert given(args, bisect_patch_series, _LIBRARY_OWNED) == {"sessions": 3}
-    assert given(args, bisect_commits, _LIBRARY_OWNED) == {}  # it takes no sessions
+    assert given(args, bisect_patch_series, (*SERIES_SHARED, "sessions")) == {"sessions": 3}
+
+
+def test_wb_bisect_series_refuses_a_commit_only_flag(capsys):
+    from workbench.cli import main
+
+    with pytest.raises(SystemExit, match="shape are for --commits"):
+        main(["bisect", "--series", "a,b", "--shape", "kills"])
 
 
 def test_wb_investigate_takes_judge_trials_and_bursts_per_shape():

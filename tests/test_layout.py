@@ -312,3 +312,11 @@ def test_notebooks_call_public_names_and_spell_no_file_names():
                     if isinstance(node, ast.Import) for a in node.names
                     if a.name.startswith("workbench.")]
     assert bad == [], bad
+
+
+def test_notebooks_record_only_library_claims():
+    """A notebook records ``FindingDraft``s a library computed (``record_drafts``); it builds no
+    checks of its own (``record_finding`` takes a dict of checks)."""
+    inline = [nb.name for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+              if "record_finding" in nb.read_text()]
+    assert inline == [], inline

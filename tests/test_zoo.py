@@ -18,7 +18,7 @@ import torch
 from engine.core.dump import DumpKey
 from engine.patches import PATCHES, ZOO
 from workbench.drive import SHAPES, SWEEP_ORDER, Shape
-from workbench.investigate import Investigation, diagnose
+from workbench.investigate import BisectSpec, Investigation, diagnose
 from workbench.investigate.bursts import BURST_COLUMNS, Burst, Reproduction, StopOn
 from workbench.investigate.commits import Worktrees, bisect_commits, commit_range, git
 from workbench.observe import BufferDump
@@ -176,10 +176,11 @@ def test_bisect_commits_names_the_planted_culprit(tmp_path):
     shape = Shape("ci", "3 single-turn sessions, 64-token chunks",
                   {**SHAPES.get("baseline").engine, "chunk_size": 64},
                   sessions=3, turns=1, max_tokens=24)
-    res = bisect_commits(hist.path, hist.good, hist.bad, shape=shape, confidence=0.95,
-                         store=tmp_path / "b.sqlite", worktrees=tmp_path / "trees",
-                         max_trials=24)
+    spec = BisectSpec(f"{hist.good}..{hist.bad}", hist.path, shape, confidence=0.95,
+                      max_trials=24, store=tmp_path / "b.sqlite", worktrees=tmp_path / "trees")
+    res = bisect_commits(spec)
     assert res.culprit == hist.culprit and res.converged, res.history
+    assert res.spec is spec
 
 
 @pytest.mark.slow

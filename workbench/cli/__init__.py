@@ -3,6 +3,7 @@ are written as Parquet. The commands and their flags: ``workbench.cli.parser``."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -91,29 +92,24 @@ def cmd_dump(args) -> None:
                  diff.first_bad_position, out)
 
 
-_LIBRARY_OWNED = ("shape", "sessions", "confidence", "seed", "max_trials", "ends_budget")
-"""``wb bisect`` flags whose defaults are the called function's (left out: not passed)."""
-
-
 def cmd_bisect(args) -> None:
-    if bool(args.series) == bool(args.commits):
+    from workbench.cli.parser import SERIES_SHARED
+    from workbench.investigate import BisectSpec, bisect_commits, bisect_patch_series
+
+    if bool(args.series) == hasattr(args, "commits"):
         raise SystemExit("wb bisect: give exactly one of --series A,B,... or --commits GOOD..BAD")
-    if args.commits:
-        from workbench.investigate import bisect_commits
-
-        good, bad = _commit_range(args.commits, "wb bisect")
-        res = bisect_commits(args.source, good, bad, store=args.store,
-                             patches=tuple(_names(args.patches)), judge=args.judge,
-                             deployments=args.deployments, workers=args.workers,
-                             address=args.address, **given(args, bisect_commits, _LIBRARY_OWNED))
+    if args.series:
+        series_only = set(vars(args)) & ({f.name for f in dataclasses.fields(BisectSpec)}
+                                         - set(SERIES_SHARED))
+        if series_only:
+            raise SystemExit(f"wb bisect: {', '.join(sorted(series_only))} are for --commits")
+        kw = given(args, bisect_patch_series, (*SERIES_SHARED, "sessions"))
+        res = bisect_patch_series(_names(args.series), **{"store": BisectSpec.store, **kw})
     else:
-        from workbench.investigate import bisect_patch_series
-
-        if args.patches:
-            raise SystemExit("wb bisect: --patches is for --commits (a series names its own)")
-        res = bisect_patch_series(_names(args.series), store=args.store,
-                                  **given(args, bisect_patch_series, _LIBRARY_OWNED))
-    res.history.write_parquet(Path(args.store).with_suffix(".history.parquet"))
+        res = bisect_commits(spec_from_args(BisectSpec, args))
+    store = res.spec.store if res.spec is not None else getattr(args, "store", BisectSpec.store)
+    if store:
+        res.history.write_parquet(Path(store).with_suffix(".history.parquet"))
     log.info("%s", res.headline())
 
 

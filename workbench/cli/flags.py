@@ -43,21 +43,28 @@ def _parser_of(name: str, hint: Any):
     return names_arg if kind is tuple else kind
 
 
-def add_spec_flags(p: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per field of the dataclass ``cls`` (except ``skip``)."""
-    hints = typing.get_type_hints(cls)
+def add_spec_flags(p: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (),
+                   aliases: dict[str, str] | None = None, absent_unless_given: bool = False,
+                   notes: dict[str, str] | None = None) -> None:
+    """One flag per field of the dataclass ``cls`` (except ``skip``). ``aliases``: a second
+    flag name per field; ``absent_unless_given``: a flag left out sets nothing (the spec's own
+    default applies when ``spec_from_args`` builds it, and another command sharing the flag
+    keeps its function's); ``notes``: text appended to a field's help."""
+    hints, aliases, notes = typing.get_type_hints(cls), aliases or {}, notes or {}
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        help_ = f.metadata.get("help", "")
+        help_ = f.metadata.get("help", "") + notes.get(f.name, "")
+        names = [flag(f.name), *([flag(aliases[f.name])] if f.name in aliases else [])]
+        default = argparse.SUPPRESS if absent_unless_given else f.default
         if hints[f.name] is bool:
             p.add_argument(flag(f"no_{f.name}" if f.default else f.name), dest=f.name,
                            action="store_false" if f.default else "store_true",
-                           help=f"leave out: {help_}" if f.default else help_)
+                           default=default, help=f"leave out: {help_}" if f.default else help_)
             continue
-        shown = f" (default: {f.default})" if f.default not in (None, ()) else ""
-        p.add_argument(flag(f.name), dest=f.name, type=_parser_of(f.name, hints[f.name]),
-                       default=f.default, help=help_ + shown)
+        shown = f" (default: {f.default})" if f.default not in (None, (), "") else ""
+        p.add_argument(*names, dest=f.name, type=_parser_of(f.name, hints[f.name]),
+                       default=default, help=help_ + shown)
 
 
 def spec_from_args(cls: type, args: argparse.Namespace, **extra: Any):
@@ -83,4 +90,5 @@ def given(args: argparse.Namespace, fn: Callable, names: tuple[str, ...]) -> dic
     """The flags among ``names`` that were given (not None) and that ``fn`` takes, as its
     keyword arguments."""
     params = inspect.signature(fn).parameters
-    return {n: getattr(args, n) for n in names if n in params and getattr(args, n) is not None}
+    return {n: getattr(args, n) for n in names
+            if n in params and getattr(args, n, None) is not None}

@@ -19,24 +19,18 @@ from __future__ import annotations
 
 import argparse
 
-from workbench.cli.flags import add_spec_flags, defaults_of, judge_arg
+from workbench.cli.flags import add_spec_flags, defaults_of
 from workbench.drive import LoadConfig
-from workbench.investigate import bisect_commits, bisect_patch_series
-from workbench.investigate.spec import InvestigationSpec
-from workbench.judge import JUDGED_ROOMS
+from workbench.investigate import bisect_patch_series
+from workbench.investigate.spec import BisectSpec, InvestigationSpec
 
 REPORTS_DIR = "reports"
 LOAD_DEFAULTS = {name: getattr(LoadConfig, name) for name in
                  ("sessions", "turns", "seed", "kill_fraction", "duration_s", "max_tokens")}
 """``wb load``'s flags and their defaults: ``LoadConfig``'s (spelled there only)."""
-
-
-def _search_flags(p: argparse.ArgumentParser, max_trials: int | None, helps: str) -> None:
-    """``--judge`` and ``--max-trials`` of ``wb bisect`` (``wb investigate``'s come from its
-    spec)."""
-    p.add_argument("--judge", type=judge_arg, default=JUDGED_ROOMS, help="rooms per burst the "
-                   "buffer oracle compares with the reference (a count, or all)")
-    p.add_argument("--max-trials", type=int, default=max_trials, help=helps)
+SERIES_SHARED = ("confidence", "seed", "max_trials", "ends_budget", "store")
+"""``BisectSpec`` flags that ``wb bisect --series`` passes to ``bisect_patch_series`` when
+given (left out: that function's defaults)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,30 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--role", choices=["decode", "prefill"], default="decode")
     dump.add_argument("--out", default="runs/dump.safetensors")
     dump.add_argument("--diff", action="store_true")
-    bis = sub.add_parser("bisect", help="bisect a patch series or a commit range")
+    bis = sub.add_parser("bisect", help="bisect a commit range (flags: BisectSpec's) or a "
+                                         "patch series")
     bis.add_argument("--series", help="patch names, comma separated (candidate i enables i)")
-    bis.add_argument("--commits", metavar="GOOD..BAD", help="commits of --source to bisect")
-    bis.add_argument("--source", "--repo", dest="source", default=".",
-                     help="the checkout whose commits are bisected (--repo: its old name)")
-    bis.add_argument("--shape", help="the load shape of each trial; "
-                     + defaults_of(bisect_commits, name="shape"))
-    bis.add_argument("--patches", default="",
-                     help="patch variants enabled on every candidate commit, comma separated")
-    _search_flags(bis, None, "trial budget; "
-                  + defaults_of(bisect_commits, bisect_patch_series, name="max_trials"))
-    bis.add_argument("--ends-budget", type=int,
-                     help="trials the bad end gets to fail once before bisecting (0: no check); "
-                     + defaults_of(bisect_commits, bisect_patch_series, name="ends_budget"))
-    bis.add_argument("--deployments", type=int, default=1,
-                     help="--commits: deployments at once, each round's probes chosen together")
-    _where_flags(bis)
-    bis.add_argument("--store", default="runs/bisect.sqlite")
+    add_spec_flags(bis, BisectSpec, aliases={"source": "repo"}, absent_unless_given=True,
+                   notes={n: f"; --series: {defaults_of(bisect_patch_series, name=n)}"
+                          for n in SERIES_SHARED})
     bis.add_argument("--sessions", type=int, help="--series: sessions per burst; "
                      + defaults_of(bisect_patch_series, name="sessions"))
-    bis.add_argument("--confidence", type=float,
-                     help="posterior a culprit must reach; " + defaults_of(bisect_commits,
-                                                                          name="confidence"))
-    bis.add_argument("--seed", type=int, help=defaults_of(bisect_commits, name="seed"))
     demo = sub.add_parser("demo", help="the flagship investigation (notebooks 01 and 02) to HTML")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--reports-dir", default=REPORTS_DIR)
@@ -125,12 +103,3 @@ def build_parser() -> argparse.ArgumentParser:
     fin.add_argument("--ledger", default="runs/findings.jsonl")
     fin.add_argument("--out", help="also write the table as Parquet")
     return ap
-
-
-
-
-def _where_flags(p: argparse.ArgumentParser) -> None:
-    """Where the work runs (``workbench.scale``)."""
-    p.add_argument("--workers", type=int, default=None,
-                   help="1: in this process; default: a local Ray cluster of this machine's cores")
-    p.add_argument("--address", default=None, help="a Ray cluster's address (or $RAY_ADDRESS)")

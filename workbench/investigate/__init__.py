@@ -8,9 +8,16 @@ from workbench.investigate.claims import culprit_findings, localization_findings
 from workbench.investigate.commits import bisect_commits
 from workbench.investigate.investigation import diagnose, investigate, localize_flagged
 from workbench.investigate.outcome import Diagnosis, Investigation, Outcome
+from workbench.investigate.race_claims import (
+    control_findings,
+    leak_findings,
+    parser_findings,
+    symptom_findings,
+    symptom_table,
+)
 from workbench.investigate.reproduce import Sweep, rates_table, reproduce, sweep
 from workbench.investigate.series import PatchSeries, bisect_patch_series
-from workbench.investigate.spec import InvestigationSpec
+from workbench.investigate.spec import BisectSpec, InvestigationSpec
 from workbench.investigate.steps import (
     BUGGY,
     RACE_ENGINE,
@@ -20,8 +27,10 @@ from workbench.investigate.steps import (
     race_counts,
 )
 
-__all__ = ["BUGGY", "RACE_ENGINE", "RACE_FAULTS", "Burst", "Diagnosis", "Investigation",
-           "InvestigationSpec", "Outcome", "PatchSeries", "Reproduction", "StopOn", "Sweep",
-           "bisect_commits", "bisect_patch_series", "culprit_findings", "diagnose",
-           "first_flags", "flagged_requests", "investigate", "localization_findings",
-           "localize_flagged", "race_counts", "rates_table", "reproduce", "sweep"]
+__all__ = ["BUGGY", "RACE_ENGINE", "RACE_FAULTS", "BisectSpec", "Burst", "Diagnosis",
+           "Investigation", "InvestigationSpec", "Outcome", "PatchSeries", "Reproduction",
+           "StopOn", "Sweep",
+           "bisect_commits", "bisect_patch_series", "control_findings", "culprit_findings",
+           "diagnose", "first_flags", "flagged_requests", "investigate", "leak_findings",
+           "localization_findings", "localize_flagged", "parser_findings", "race_counts",
+           "rates_table", "reproduce", "sweep", "symptom_findings", "symptom_table"]

@@ -18,13 +18,12 @@ from pathlib import Path
 
 from workbench.drive import Shape, cell_of
 from workbench.investigate.fleet import DeploymentSpec, Fleet
-from workbench.judge import JUDGED_ROOMS
+from workbench.investigate.spec import BisectSpec
 from workbench.scale import executor_for
-from workbench.search import CONFIDENCE, BisectOutcome, BisectResult, TrialStore, bisect
+from workbench.search import BisectOutcome, BisectResult, TrialStore, bisect
 
 log = logging.getLogger(__name__)
 BURST_PRIOR = (1.0, 1.0)  # a burst of many requests fails a sizeable fraction of trials
-ENDS_BUDGET = 8  # bursts the bad end gets to fail once before anything is bisected
 
 
 def git(repo: str | Path, *args: str) -> str:
@@ -66,50 +65,43 @@ class Worktrees:
         git(self.repo, "worktree", "prune")
 
 
-def bisect_commits(source: str | Path, good: str, bad: str, *, shape: str | Shape = "baseline",
-                   patches: tuple[str, ...] = (), store: str | Path | None = None,
-                   worktrees: str | Path | None = None, confidence: float = CONFIDENCE,
-                   max_trials: int = 40, seed: int = 0, log_dir: str | Path | None = None,
-                   experiment: str | None = None, judge: int | None = JUDGED_ROOMS,
-                   ends_budget: int = ENDS_BUDGET, deployments: int = 1,
-                   workers: int | None = None, address: str | None = None) -> BisectResult:
-    """Bayesian bisection over the commits ``good..bad`` of the checkout ``source`` (``good``
-    included as candidate 0). Candidates are full hashes; ``worktrees`` (default
-    ``<source>/.git/pdwb-worktrees``) caches
-    one tree per commit; ``store`` makes it resumable. ``patches`` are enabled on every
-    candidate; ``judge`` is the buffer oracle's rooms per burst (None: all).
+def bisect_commits(spec: BisectSpec) -> BisectResult:
+    """Bayesian bisection of ``spec`` (``BisectSpec``: the range, shape, patches, budgets and
+    where it runs); the result keeps ``spec``.
 
     Both ends are tried first, as stored trials that count in the posterior: ``bad`` gets up to
     ``ends_budget`` bursts to fail once (else ``BAD_END_PASSES``, nothing bisected), then
     ``good`` a few (a failure: ``GOOD_END_FAILS``, the anomaly predates the range). Only a
     ``CONVERGED`` result names a culprit; the others carry ``advice`` for their headline.
 
-    ``deployments``: k pairs at once (a ``Fleet`` on ``executor_for(workers, address)``: Ray
-    actors, or objects here with ``workers=1``); each round of the search then runs k probes
-    chosen together. Trials stay in one store, written by this process only."""
-    repo = Path(source).resolve()
-    commits = commit_range(repo, good, bad)
-    root = Path(worktrees) if worktrees else Path(git(repo, "rev-parse", "--absolute-git-dir")) \
-        / "pdwb-worktrees"
-    sh, trees = cell_of(shape), Worktrees(repo, root)
-    logs = Path(log_dir) if log_dir else None
+    With ``deployments`` k > 1, k pairs run at once (a ``Fleet`` on ``executor_for(workers,
+    address)``: Ray actors, or objects here with ``workers=1``); each round of the search then
+    runs k probes chosen together. Trials stay in one store, written by this process only."""
+    repo = Path(spec.source).resolve()
+    commits = commit_range(repo, *spec.good_bad)
+    root = Path(spec.worktrees) if spec.worktrees else Path(
+        git(repo, "rev-parse", "--absolute-git-dir")) / "pdwb-worktrees"
+    sh, trees = cell_of(spec.shape), Worktrees(repo, root)
+    logs = Path(spec.log_dir) if spec.log_dir else None
 
     def spec_for(commit: str) -> DeploymentSpec:
-        return DeploymentSpec(sh, tuple(patches), trees.path(commit),
-                              logs / commit[:12] if logs else None, judge)
-    fleet = Fleet(executor_for(workers, address), spec_for, deployments)
-    db = TrialStore(store) if store else None
+        return DeploymentSpec(sh, spec.patches, trees.path(commit),
+                              logs / commit[:12] if logs else None, spec.judge)
+    fleet = Fleet(executor_for(spec.workers, spec.address), spec_for, spec.deployments)
+    db = TrialStore(spec.store) if spec.store else None
     try:
-        res = bisect(commits, fleet.trial, confidence=confidence,
-                     max_trials=max_trials, seed=seed, store=db,
-                     experiment=experiment or f"commits:{commits[0][:12]}..{commits[-1][:12]}",
-                     prior_fail_rate=BURST_PRIOR, ends_budget=ends_budget,
-                     parallel=deployments)
+        res = bisect(commits, fleet.trial, confidence=spec.confidence,
+                     max_trials=spec.max_trials, seed=spec.seed, store=db,
+                     experiment=spec.experiment or f"commits:{commits[0][:12]}.."
+                                                   f"{commits[-1][:12]}",
+                     prior_fail_rate=BURST_PRIOR, ends_budget=spec.ends_budget,
+                     parallel=spec.deployments)
     finally:
         fleet.close()
         if db is not None:
             db.close()
-    return dataclasses.replace(res, advice=advice(res, sh, judge, max_trials, ends_budget))
+    return dataclasses.replace(res, spec=spec, advice=advice(res, sh, spec.judge,
+                                                             spec.max_trials, spec.ends_budget))
 
 
 def advice(res: BisectResult, shape: Shape, judge: int | None, max_trials: int,

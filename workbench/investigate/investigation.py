@@ -37,7 +37,7 @@ from workbench.investigate.bursts import Reproduction
 from workbench.investigate.commits import bisect_commits
 from workbench.investigate.outcome import Diagnosis, Investigation, Outcome, column_total
 from workbench.investigate.reproduce import Sweep, sweep
-from workbench.investigate.spec import InvestigationSpec
+from workbench.investigate.spec import BisectSpec, InvestigationSpec
 from workbench.judge.findings import tree_state
 from workbench.observe import ReferenceBuffers
 from workbench.observe.attribution import attribute_tokens, room_conflict, shared_rooms
@@ -223,11 +223,10 @@ def _bisect(spec: InvestigationSpec, sw: Sweep):
     out = Path(spec.runs_dir)
     good, bad = spec.good_bad
     try:
-        return bisect_commits(Path(spec.source or "."), good, bad, shape=sw.fired,
-                              patches=spec.patches, store=out / "bisect.sqlite",
-                              log_dir=out / "bisect-logs", max_trials=spec.max_trials,
-                              seed=spec.seed, judge=spec.judge,
-                              confidence=spec.confidence), ""
+        return bisect_commits(BisectSpec(
+            f"{good}..{bad}", spec.source or ".", sw.fired, spec.patches, spec.judge,
+            spec.confidence, spec.max_trials, seed=spec.seed, store=str(out / "bisect.sqlite"),
+            log_dir=str(out / "bisect-logs"))), ""
     except (LaunchError, ValueError, OSError, RuntimeError) as exc:
         log.warning("investigation: bisection failed: %s", exc)
         return None, f"bisection failed: {exc}"

@@ -4,6 +4,9 @@ it (``replay()``), ``InvestigationSpec.from_replay`` reads it back, and ``wb inv
 flags are generated from its fields (``workbench.cli.flags``). A field's ``metadata["help"]`` is
 its flag's help text.
 
+``BisectSpec`` is the same for a commit bisection (``bisect_commits(spec)``, ``wb bisect
+--commits``); the result keeps it (``BisectResult.spec``).
+
 Invariant: ``InvestigationSpec.from_replay(spec.to_json()) == spec`` for every spec.
 """
 
@@ -12,8 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from workbench.drive import Shape
 from workbench.judge import JUDGED_ROOMS
 from workbench.search import CONFIDENCE
+
+ENDS_BUDGET = 8  # bursts the bad end gets to fail once before anything is bisected
 
 
 def _f(default: Any, help: str) -> Any:  # noqa: A002 - the flag's help text
@@ -60,12 +66,7 @@ class InvestigationSpec:
     @property
     def good_bad(self) -> tuple[str, str] | None:
         """``commits`` as (good, bad); raises ValueError for a malformed range."""
-        if self.commits is None:
-            return None
-        good, _, bad = self.commits.partition("..")
-        if not good or not bad:
-            raise ValueError(f"commits wants GOOD..BAD, not {self.commits!r}")
-        return good, bad
+        return None if self.commits is None else _range(self.commits)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as JSON values (tuples as lists), as the ledger keeps it."""
@@ -76,3 +77,59 @@ class InvestigationSpec:
         """The spec a ledger row's ``replay`` (or ``to_json``) holds; other keys are ignored."""
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.get("spec", data).items() if k in names})
+
+
+def _range(commits: str) -> tuple[str, str]:
+    good, _, bad = commits.partition("..")
+    if not good or not bad:
+        raise ValueError(f"commits wants GOOD..BAD, not {commits!r}")
+    return good, bad
+
+
+@dataclass(frozen=True)
+class BisectSpec:
+    """One Bayesian bisection of the commits ``commits`` (``"GOOD..BAD"``, ``GOOD`` included as
+    candidate 0) of the checkout ``source``. ``shape``: a shape name or a ``Shape``; ``judge``:
+    None compares every completed room; ``deployments``: k pairs at once, each round's probes
+    chosen together (on ``workers``/``address``, ``workbench.scale``); ``store``: the trial
+    store that makes it resumable (None: not kept); ``worktrees`` (None:
+    ``<source>/.git/pdwb-worktrees``) caches one tree per commit."""
+
+    commits: str = _f("", "GOOD..BAD: the commits of --source to bisect")
+    source: str = _f(".", "the checkout whose commits are bisected")
+    shape: str | Shape = _f("baseline", "the load shape of each trial")
+    patches: tuple[str, ...] = _f((), "patch variants enabled on every candidate commit, "
+                                      "comma separated")
+    judge: int | None = _f(JUDGED_ROOMS, "rooms per burst the buffer oracle compares with the "
+                                         "reference (a count, or all)")
+    confidence: float = _f(CONFIDENCE, "posterior a culprit must reach")
+    max_trials: int = _f(40, "trial budget")
+    ends_budget: int = _f(ENDS_BUDGET, "trials the bad end gets to fail once before bisecting "
+                                       "(0: no check)")
+    seed: int = _f(0, "seed of every trial's burst")
+    deployments: int = _f(1, "deployments at once, each round's probes chosen together")
+    workers: int | None = _f(None, "1: in this process; default: in process first, a local Ray "
+                                   "cluster of this machine's cores after a while")
+    address: str | None = _f(None, "a Ray cluster's address (or $RAY_ADDRESS)")
+    store: str | None = _f("runs/bisect.sqlite", "trial store (SQLite), resumable; None: "
+                                                 "not kept")
+    worktrees: str | None = _f(None, "where each commit's worktree is kept")
+    log_dir: str | None = _f(None, "server logs, one folder per commit")
+    experiment: str | None = _f(None, "the store's experiment name (default: from the range)")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.patches, tuple):
+            object.__setattr__(self, "patches", tuple(self.patches))
+        for name in ("source", "store", "worktrees", "log_dir"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                object.__setattr__(self, name, str(value))
+        _range(self.commits)
+        if not 0.5 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0.5, 1), not {self.confidence}")
+        if self.deployments < 1 or self.max_trials < 1 or self.ends_budget < 0:
+            raise ValueError("need deployments >= 1, max_trials >= 1 and ends_budget >= 0")
+
+    @property
+    def good_bad(self) -> tuple[str, str]:
+        return _range(self.commits)

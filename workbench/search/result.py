@@ -67,7 +67,7 @@ class BisectResult:
     method has none); ``advice``: what to try when it did not converge (set by the caller that
     knows the knobs, e.g. ``bisect_commits``).  ``rounds``: how many times the search waited
     for trials (one per trial when one runs at a time, one per batch of parallel trials; None:
-    the method does not count them), so ``rounds <= trials_spent``.
+    the method does not count them), so ``rounds <= trials_spent``. ``spec``: the run's spec.
     """
 
     culprit: str | None
@@ -86,6 +86,8 @@ class BisectResult:
     target: float | None = None
     advice: tuple[str, ...] = ()
     rounds: int | None = None
+    spec: object | None = field(default=None, compare=False)
+    """The frozen spec of the run that produced it (e.g. ``BisectSpec``; None: a bare call)."""
 
     def __post_init__(self) -> None:
         if self.outcome is None:
