@@ -149,7 +149,8 @@ def test_a_call_cut_by_max_tokens_is_judged_by_its_tokens_not_as_a_leak():
 
 
 def test_the_load_records_each_tokens_logprob_and_unknown_ones_as_none():
-    from workbench.drive.load import RequestRecord, _apply_chunk
+    from workbench.drive.client import _apply_chunk
+    from workbench.drive.record import RequestRecord
 
     rec, calls = RequestRecord(0, 0, "answer"), {}
     entries = [{"token": "a", "logprob": -0.5}, {"token": "b", "logprob": -9999.0}]

@@ -17,7 +17,7 @@ from engine.http import SECRET_ENV, SECRET_HEADER
 from engine.serving.responses import room_of_completion_id
 from engine.training import make_transcript
 from workbench import inject_concurrency, launch_pd_pair
-from workbench.drive.load import ids_of_token_texts
+from workbench.drive.client import ids_of_token_texts
 from workbench.judge import ReferenceOracle
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers, pytest.mark.nixl, pytest.mark.sglang]

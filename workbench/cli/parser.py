@@ -26,7 +26,8 @@ from workbench.investigate.spec import BisectSpec, InvestigationSpec
 
 REPORTS_DIR = "reports"
 LOAD_DEFAULTS = {name: getattr(LoadConfig, name) for name in
-                 ("sessions", "turns", "seed", "kill_fraction", "duration_s", "max_tokens")}
+                 ("sessions", "turns", "seed", "kill_fraction", "duration_s", "max_tokens",
+                  "dialect")}
 """``wb load``'s flags and their defaults: ``LoadConfig``'s (spelled there only)."""
 SERIES_SHARED = ("confidence", "seed", "max_trials", "ends_budget", "store")
 """``BisectSpec`` flags that ``wb bisect --series`` passes to ``bisect_patch_series`` when

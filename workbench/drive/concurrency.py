@@ -15,8 +15,10 @@ import polars as pl
 
 from workbench.deploy import Capability, EngineDown, PDPair, client_headers, require
 from workbench.deploy.routers import ROUTERS
-from workbench.drive.load import LoadConfig, RequestRecord, SessionRunner
+from workbench.drive.load import LoadConfig, RequestRecord, SessionRunner, chat_body
+from workbench.drive.seeded import check_seeded
 from workbench.judge import ReferenceOracle
+from workbench.judge.features import ORACLES
 from workbench.observe.buffers import capture_name
 from workbench.scale.progress import Progress
 
@@ -27,7 +29,8 @@ SCHEMA = {"room": pl.Int64, "status": pl.Int64, "ttft_s": pl.Float64, "itl_s": p
           "v_tool_ok": pl.Boolean, "v_args_ok": pl.Boolean, "v_ref_match": pl.Boolean,
           "v_first_diff": pl.Int64, "v_oracle_error": pl.Utf8, "v_aborted": pl.Boolean,
           "v_logprob_drift": pl.Boolean, "v_logprob_drift_max": pl.Float64,
-          "prompt_tokens": pl.Int64, "prompt_hash": pl.Utf8}
+          "prompt_tokens": pl.Int64, "prompt_hash": pl.Utf8, "features": pl.Utf8,
+          **{f"v_{name}_ok": pl.Boolean for name in ORACLES}}
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,8 @@ async def _run(target, cfg: LoadConfig, oracle, progress: Progress, capture_dir:
                                  headers=client_headers(target)) as client:
         runners = [SessionRunner(cfg, url, s, oracle, deadline, sink) for s in range(cfg.sessions)]
         await asyncio.gather(*(r.run(client) for r in runners))
+        await check_seeded(client, url, lambda r: chat_body(cfg, r.messages, r.tools, r.session,
+                                                            params=r.params), records)
     files = [f for fs in await asyncio.gather(*captures) for f in fs]
     return records, files
 
@@ -165,7 +170,8 @@ def inject_concurrency(target, sessions: int = LoadConfig.sessions,
                        oracle: ReferenceOracle | None | bool = True,
                        capture_dir: str | Path | None = None, progress: bool = True,
                        request_timeout_s: float = LoadConfig.request_timeout_s,
-                       align_to: int | None = None) -> LoadResult:
+                       align_to: int | None = None,
+                       dialect: str = LoadConfig.dialect) -> LoadResult:
     """Runs ``sessions`` concurrent agentic sessions against ``target`` and judges each response.
 
     ``target``: a ``PDPair`` or any OpenAI-compatible base URL. ``oracle=True`` builds the
@@ -173,7 +179,10 @@ def inject_concurrency(target, sessions: int = LoadConfig.sessions,
     Flagged requests have their buffers dumped into ``capture_dir`` (PDPair targets); a request
     not answered within ``request_timeout_s`` fails as an error (a wedge shows this way).
     ``align_to``: pad every prompt to end on a multiple of that many tokens
-    (``workbench.drive.align``).
+    (``workbench.drive.align``). ``dialect``: how each request calls the API
+    (``workbench.drive.dialects``: ``greedy``, ``agentic``, ``clients``); its features' oracles
+    judge each response (``workbench.judge.features``), sampled ones replayed alone after the
+    burst (``workbench.drive.seeded``).
     """
     if capture_dir and isinstance(target, PDPair):
         require(target, Capability.BUFFER_DUMPS, "inject_concurrency(capture_dir=...)")
@@ -182,7 +191,7 @@ def inject_concurrency(target, sessions: int = LoadConfig.sessions,
                      request_timeout_s=request_timeout_s, kill_window_s=kill_window_s,
                      logprobs=_needs_logprobs(target) or ref is not None,
                      model=target.model if isinstance(target, PDPair) else None,
-                     align_to=align_to)
+                     align_to=align_to, dialect=dialect)
     out = Path(capture_dir) if capture_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)

@@ -65,12 +65,12 @@ class RequestParams:
     def sampled(self) -> bool:
         return self.temperature > 0.0
 
-    def features(self, load_max_tokens: int) -> tuple[Feature, ...]:
-        """The features this request exercises (``TRUNCATED``: a smaller budget than the
-        load's)."""
+    def features(self) -> tuple[Feature, ...]:
+        """The features this request exercises (``TRUNCATED``: its own ``max_tokens``, which
+        dialects draw below the answer's length)."""
         on = {Feature.SAMPLED: self.sampled, Feature.TOP_P: self.top_p not in (None, 1.0),
               Feature.STOP: bool(self.stop), Feature.UNSTREAMED: not self.stream,
-              Feature.TRUNCATED: self.max_tokens is not None and self.max_tokens < load_max_tokens,
+              Feature.TRUNCATED: self.max_tokens is not None,
               Feature.TOOL_REQUIRED: self.tool_choice == "required",
               Feature.TOOL_NAMED: self.tool_choice not in (None, "required"),
               Feature.TOP_LOGPROBS: bool(self.top_logprobs), Feature.USAGE: self.include_usage,

@@ -34,6 +34,7 @@ class Shape:
     patches: tuple[str, ...] = ()  # modifier patches of its modes (workbench.drive.modes)
     align_to: int | None = None  # prompts padded to end on a multiple of this many tokens
     modes: tuple[str, ...] = ()  # the engine modes this shape runs in (names)
+    dialect: str = "greedy"  # how its requests call the API (workbench.drive.dialects)
 
     def __post_init__(self) -> None:
         if self.sessions < 1 or self.turns < 1 or not 0 <= self.kill_fraction <= 1:
@@ -72,11 +73,19 @@ for _s in (
           "waiting rooms out after 1.2 s (timeouts are expected; what they leave is not)",
           {**HICACHE, **CAPTURE}, {"seed": 17, "peer_pause_every": 4, "peer_pause_ms": 2000.0},
           ("--waiting-timeout-s", "1.2"), max_tokens=64, expect_aborts=True),
+    Shape("agentic", "baseline's engine under agentic clients: seeded sampling with top_p, "
+          "stop sequences that fire, max_tokens that cuts answers, streamed and unstreamed, "
+          "tool_choice required or named (workbench.drive.dialects)",
+          {**HICACHE, **CAPTURE}, decode_args=SMALL_QUEUE, sessions=8, max_tokens=64,
+          dialect="agentic"),
+    Shape("clients", "agentic plus top_logprobs, include_usage, parallel_tool_calls, "
+          "response_format and ignore_eos", {**HICACHE, **CAPTURE}, decode_args=SMALL_QUEUE,
+          sessions=8, max_tokens=64, dialect="clients"),
 ):
     SHAPES.register(_s.name, _s)
 
 SWEEP_ORDER: tuple[str, ...] = ("baseline", "kills", "slow_transfer", "hicache_race",
-                                "peer_pause")
+                                "peer_pause", "agentic", "clients")
 
 
 def shape_of(shape: str | Shape) -> Shape:

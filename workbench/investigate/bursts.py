@@ -104,7 +104,7 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
                              kill_fraction=shape.kill_fraction, kill_window_s=shape.kill_window_s,
                              capture_dir=capture_dir, progress=False, duration_s=duration_s,
                              request_timeout_s=shape.request_timeout_s,
-                             align_to=shape.align_to)
+                             align_to=shape.align_to, dialect=shape.dialect)
     drain = settle(pair)
     ev = collect(pair).since(before)
     df, s = res.requests, res.summary

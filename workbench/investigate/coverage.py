@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from workbench.drive.dialects import Feature
 from workbench.investigate.bursts import Reproduction
 from workbench.investigate.reproduce import Sweep
 from workbench.judge import LOGPROB_TOLERANCE
+from workbench.judge.features import ORACLES
 
 
 def column_total(frame: pl.DataFrame, col: str) -> int:
@@ -83,6 +85,43 @@ class Resolution:
 def resolution(sw: Sweep, judge: int | None) -> Resolution:
     return Resolution(sum(column_total(r.bursts, "requests") for r in sw.runs),
                       sum(column_total(r.bursts, "judged_rooms") for r in sw.runs), judge)
+
+
+def _requests(sw: Sweep) -> pl.DataFrame:
+    frames = [r.requests.select("features", *[f"v_{o}_ok" for o in ORACLES]) for r in sw.runs
+              if len(r.requests) and "features" in r.requests.columns]
+    return pl.concat(frames) if frames else pl.DataFrame(
+        schema={"features": pl.Utf8, **{f"v_{o}_ok": pl.Boolean for o in ORACLES}})
+
+
+def feature_coverage(sw: Sweep) -> pl.DataFrame:
+    """One row per API feature (``Feature``) and per feature oracle: ``kind`` (``feature`` or
+    ``oracle``), ``name``, ``requests`` (that used the feature, or that the oracle judged) and
+    ``failed`` (oracle rows). A feature with 0 requests was never exercised."""
+    df, rows = _requests(sw), []
+    used = df["features"].fill_null("").str.split(",")
+    for f in Feature:
+        rows.append({"kind": "feature", "name": f.value, "failed": None,
+                     "requests": int(used.list.contains(f.value).sum()) if len(df) else 0})
+    for o in ORACLES:
+        col = df[f"v_{o}_ok"]
+        rows.append({"kind": "oracle", "name": o, "requests": int(col.is_not_null().sum()),
+                     "failed": int((col == False).sum())})  # noqa: E712
+    return pl.DataFrame(rows, schema={"kind": pl.Utf8, "name": pl.Utf8, "requests": pl.Int64,
+                                      "failed": pl.Int64})
+
+
+def describe_features(table: pl.DataFrame) -> str:
+    """One line: the API features exercised (with counts), the ones never exercised, and each
+    feature oracle's judged and failed requests."""
+    feats = table.filter(pl.col("kind") == "feature")
+    seen = [f"{r['name']} {r['requests']}" for r in feats.iter_rows(named=True) if r["requests"]]
+    never = [r["name"] for r in feats.iter_rows(named=True) if not r["requests"]]
+    oracles = [f"{r['name']} {r['failed']}/{r['requests']}"
+               for r in table.filter(pl.col("kind") == "oracle").iter_rows(named=True)]
+    return (f"API features exercised: {', '.join(seen) or 'none (greedy, streamed, to EOS)'}; "
+            f"never exercised: {', '.join(never) or 'none'}; feature oracles failed/judged: "
+            f"{', '.join(oracles)}")
 
 
 def render(table: pl.DataFrame) -> str:

@@ -21,6 +21,8 @@ from workbench.investigate.coverage import (
     Resolution,
     column_total,
     coverage_table,
+    describe_features,
+    feature_coverage,
     render,
     resolution,
 )
@@ -169,7 +171,8 @@ class Investigation:
         if self.error:
             lines.append(f"error: {self.error}")
         lines += [f"finding: {d.title}" for d in self.findings()]
-        lines += [self.resolution.describe(), "coverage:", render(self.coverage())]
+        lines += [self.resolution.describe(), describe_features(feature_coverage(self.sweep)),
+                  "coverage:", render(self.coverage())]
         return "\n".join(lines)
 
 
