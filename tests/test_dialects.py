@@ -100,4 +100,4 @@ def test_a_clients_load_on_a_correct_pd_pair_raises_no_alarm_and_reaches_every_o
         judged = df[f"v_{name}_ok"].drop_nulls()
         assert len(judged) > 0 and judged.all(), name
     used = {f for s in df["features"] for f in s.split(",") if f}
-    assert used >= {f.value for f in Feature} - {Feature.TOOL_REQUIRED.value}, used
+    assert used == {f.value for f in Feature}, used

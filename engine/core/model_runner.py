@@ -144,12 +144,14 @@ class ModelRunner:
     def run(self, batch: Batch, inputs: BatchInputs | None = None) -> StepOutput:
         logits = self.forward(batch, inputs)
         sampled_items = [it for it in batch.items if it.sample]
-        out = tuple(_sampled(logits[i], it.seq) for i, it in enumerate(sampled_items))
+        seqs = tuple(it.seq for it in sampled_items)
+        out = tuple(_sampled(logits[i], it.seq, self.hooks.generator(it.seq, seqs, logits.device))
+                    for i, it in enumerate(sampled_items))
         return StepOutput(out, batch.num_tokens)
 
 
-def _sampled(logits: torch.Tensor, seq: Sequence) -> SampledToken:
+def _sampled(logits: torch.Tensor, seq: Sequence, generator=None) -> SampledToken:
     """logits [V] -> the sampled token, with its log-probabilities when the request asks."""
-    token = sample(logits, seq)
+    token = sample(logits, seq, generator)
     n = seq.params.logprobs
     return SampledToken(seq, token, None if n is None else token_logprob(logits, token, n))

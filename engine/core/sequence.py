@@ -122,8 +122,9 @@ class Sequence:
         return self.generator
 
 
-def sample(logits: torch.Tensor, seq: Sequence) -> int:
-    """logits [V] fp32 -> token id, deterministic for a given seed and call order."""
+def sample(logits: torch.Tensor, seq: Sequence, generator: torch.Generator | None = None) -> int:
+    """logits [V] fp32 -> token id, deterministic for a given seed and call order; a sampled
+    one draws from ``generator`` (None: the request's own, seeded by its ``seed``)."""
     p = seq.params
     if p.temperature == 0.0:
         return int(torch.argmax(logits).item())
@@ -132,7 +133,7 @@ def sample(logits: torch.Tensor, seq: Sequence) -> int:
         sorted_p, order = probs.sort(descending=True, stable=True)
         keep = sorted_p.cumsum(-1) - sorted_p < p.top_p
         probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
-    return int(torch.multinomial(probs, 1, generator=seq.rng(logits.device)).item())
+    return int(torch.multinomial(probs, 1, generator=generator or seq.rng(logits.device)).item())
 
 
 def token_logprob(logits: torch.Tensor, token: int, top: int) -> TokenLogprob:

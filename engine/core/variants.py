@@ -40,6 +40,11 @@ class CoreHooks:
         order, including the discarded ones of sequences that finished meanwhile)."""
         return {s.seq: s.token for s in live}
 
+    def generator(self, seq, batch: tuple, device) -> torch.Generator | None:
+        """The generator ``seq`` samples from in a step that samples ``batch`` (the sequences,
+        in batch order): its own (None)."""
+        return None
+
     def route_tokens(self, sampled: tuple) -> tuple:
         """The (request, token) pairs a step's sampled rows are accepted as (``SampledToken``s,
         in batch order); correct: each row's token goes to the request it was sampled for."""
@@ -127,3 +132,10 @@ class TokenHandoffAfterFinish(CoreHooks):
             rows[k] = dataclasses.replace(a, token=b.token, logprob=b.logprob)
             rows[k + 1] = dataclasses.replace(b, token=a.token, logprob=a.logprob)
         return tuple(rows)
+
+
+@variant("sampling_generator_shared_in_batch")
+class SamplingGeneratorSharedInBatch(CoreHooks):
+    def generator(self, seq, batch: tuple, device) -> torch.Generator | None:
+        sampled = [s for s in batch if s.params.temperature > 0.0]
+        return sampled[0].rng(device) if sampled else None  # the batch's first seed for all

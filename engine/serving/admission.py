@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -89,3 +90,14 @@ def admit_native_body(tk: Tokenizer, body: bytes, default_max_tokens: int) -> Na
     """``admit_chat_body`` for ``/generate`` bodies."""
     req = parse_generate_request(body)
     return NativeAdmitted(req, native_admission(tk, req, default_max_tokens))
+
+
+def budgeted(parsed: ChatAdmitted, budget) -> ChatAdmitted:
+    """``parsed`` with the token budget ``budget(max_tokens, explicit)`` gives it (the serving
+    layer's hook; correct: unchanged)."""
+    a = parsed.admission
+    n = budget(a.params.max_tokens, parsed.req.max_tokens is not None)
+    if n == a.params.max_tokens:
+        return parsed
+    return dataclasses.replace(parsed, admission=dataclasses.replace(
+        a, params=dataclasses.replace(a.params, max_tokens=n)))

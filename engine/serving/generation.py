@@ -22,9 +22,9 @@ from engine.core.sequence import (
     TokenEvent,
     TokenLogprob,
 )
+from engine.serving.variants import ServingHooks
 from engine.text import ToolSpec, render_prompt
 from engine.text import tokenizer as T
-from engine.text.dsml_grammar import partial_suffix
 
 _ids = itertools.count()
 
@@ -81,8 +81,10 @@ def token_text(tk: T.Tokenizer, token: int, output: OutputOptions = OutputOption
 
 class Generation:
     def __init__(self, engine: Engine, plan: PromptPlan, params: SamplingParams,
-                 rid: str | None = None, output: OutputOptions = OutputOptions()) -> None:
+                 rid: str | None = None, output: OutputOptions = OutputOptions(),
+                 hooks: ServingHooks | None = None) -> None:
         self.engine = engine
+        self.hooks = hooks or ServingHooks()
         self.plan = plan
         self.rid = rid or f"{int(time.time())}-{next(_ids)}"
         self.loop = asyncio.get_running_loop()
@@ -151,7 +153,7 @@ class Generation:
         (all of it when ``final``); never anything from a matched stop string on."""
         end = len(self._text) if self.stop_cut is None else self.stop_cut
         if self.stop_cut is None and not final and self.output.stop:
-            end -= max(partial_suffix(self._text, s) for s in self.output.stop)
+            end -= self.hooks.held_back(self._text, self.output.stop)
         out = self._text[self._released:end]
         self._released = max(self._released, end)
         return out
@@ -159,6 +161,11 @@ class Generation:
     def text(self) -> str:
         """The completion so far as text (the forced prefix included, a stop string not)."""
         return self.plan.forced_prefix + self._text[:self.stop_cut]
+
+    def unstreamed_text(self) -> str:
+        """``text()`` as an unstreamed answer is built from it (``ServingHooks``)."""
+        last = self.text_of(self.tokens[-1]) if self.tokens else ""
+        return self.hooks.unstreamed_text(self.text(), last)
 
     @property
     def prompt_tokens(self) -> int:

@@ -34,6 +34,7 @@ from engine.serving.admission import (
     NativeAdmitted,
     admit_chat_body,
     admit_native_body,
+    budgeted,
 )
 from engine.serving.generation import Generation
 from engine.serving.info import MODEL_NAME, InfoRoutes
@@ -53,7 +54,9 @@ from engine.serving.responses import (
     tool_calls_out,
 )
 from engine.serving.responses import FinishReason as FinishReasonOut
+from engine.serving.variants import ServingHooks
 from engine.text.parsers import NO_CALLS, ToolParser, get_parser
+from engine.variants import hooks_for
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,8 @@ def finish_reason(gen: Generation, has_calls: bool) -> FinishReasonOut:
                                                                           "stop")
 
 
-def usage(gen: Generation) -> Usage:
-    n = len(gen.tokens)
+def usage(gen: Generation, streamed: bool = False) -> Usage:
+    n = gen.hooks.completion_tokens(len(gen.tokens), streamed)
     return Usage(prompt_tokens=gen.prompt_tokens, completion_tokens=n,
                  total_tokens=gen.prompt_tokens + n,
                  prompt_tokens_details=PromptTokensDetails(cached_tokens=gen.num_cached))
@@ -80,6 +83,7 @@ class ChatServer(InfoRoutes):
         self.engine = engine
         self.port = port
         self.parser = get_parser(engine.cfg.tool_parser)
+        self.hooks = hooks_for(ServingHooks, engine.cfg.patches)  # variants, chosen once
         self.default_max_tokens = min(256, engine.cfg.max_new_tokens)
         self.metrics = Metrics(gauges=lambda: engine_gauges(self.engine))
         self.app = FastAPI(title="pd-workbench engine")
@@ -106,7 +110,8 @@ class ChatServer(InfoRoutes):
 
     def _new_generation(self, a: Admission) -> Generation:
         rid = None if a.boot.room is None else room_rid(a.boot.room)
-        return Generation(self.engine, a.plan, a.params, rid=rid, output=a.output)
+        return Generation(self.engine, a.plan, a.params, rid=rid, output=a.output,
+                          hooks=self.hooks)
 
     def authorize(self, request: Request) -> None:
         """Raises ``UnauthorizedError`` for a request this role must not serve without a
@@ -122,8 +127,9 @@ class ChatServer(InfoRoutes):
     async def parse_chat(self, request: Request) -> ChatAdmitted:
         """Parses, validates and tokenizes a chat body on a worker thread, never on the loop
         (a large body must not stall /health or other requests); raises ``BadRequestError``."""
-        return await asyncio.to_thread(admit_chat_body, self.engine.tokenizer,
-                                       await request.body(), self.default_max_tokens)
+        parsed = await asyncio.to_thread(admit_chat_body, self.engine.tokenizer,
+                                         await request.body(), self.default_max_tokens)
+        return budgeted(parsed, self.hooks.token_budget)
 
     async def parse_native(self, request: Request) -> NativeAdmitted:
         """``parse_chat`` for ``/generate`` bodies."""
@@ -217,7 +223,7 @@ class ChatServer(InfoRoutes):
         if gen.failure is not None:
             return failure_response(gen.failure)
         self._observe(gen)
-        parsed = self._parser(gen).parse(gen.text(), gen.plan.tools or None)
+        parsed = self._parser(gen).parse(gen.unstreamed_text(), gen.plan.tools or None)
         self._count_leak(parsed.leaked)
         message = ResponseMessage(content=parsed.content or self.parser.serving.empty_content,
                                   tool_calls=tool_calls_out(parsed.calls))
@@ -276,7 +282,7 @@ class ChatServer(InfoRoutes):
         self._count_leak(det.leaked)
         yield chunk(Delta(), finish_reason(gen, bool(det.calls)), dsml_leaked=det.leaked)
         if include_usage:
-            yield ChatCompletionChunk(**base, choices=[], usage=usage(gen)).sse()
+            yield ChatCompletionChunk(**base, choices=[], usage=usage(gen, streamed=True)).sse()
         yield "data: [DONE]\n\n"
 
 

@@ -5,9 +5,10 @@ load's kills and sessions are the same whichever dialect it speaks, and every dr
 the load's seed). ``greedy`` is what the workbench always sent: greedy, streamed, to EOS.
 ``agentic`` samples with seeds and ``top_p``, sends ``stop`` sequences taken from the turn's
 likely answer (so they fire), sets ``max_tokens`` that sometimes cuts the answer, mixes streamed
-and unstreamed calls and ``tool_choice`` modes. ``clients`` adds ``top_logprobs``,
-``stream_options.include_usage``, ``parallel_tool_calls``, ``response_format`` and
-``ignore_eos``. ``Feature`` names what a request exercises; the coverage table counts them.
+and unstreamed calls and ``tool_choice`` modes. ``clients`` samples hot (temperature 1.5 or 2.0,
+``top_p`` 0.99 or none) and adds ``top_logprobs``, ``stream_options.include_usage``,
+``parallel_tool_calls``, ``response_format`` and ``ignore_eos``. ``Feature`` names what a
+request exercises; the coverage table counts them.
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ class Dialect:
 
 
 DIALECTS: Registry[Dialect] = Registry("dialect")
+AGENTIC_TEMPERATURES = (0.6, 0.8, 1.0)  # what coding agents send
+HOT_TEMPERATURES = (1.5, 2.0)  # clients sampling hot: where a confident model's seeded
+# draws differ from greedy at all (ours: at 1.0 a session's tokens are one-hot to ~1e-6)
 
 
 def _greedy(rng: random.Random, turn: Turn) -> RequestParams:
@@ -147,8 +151,8 @@ def _agentic(rng: random.Random, turn: Turn) -> RequestParams:
     if call and turn.tool and rng.random() < 0.3:
         choice = rng.choice(["required", turn.tool])
     return RequestParams(
-        temperature=rng.choice([0.6, 0.8, 1.0]) if sampled else 0.0,
-        top_p=rng.choice([0.9, 0.95]) if sampled else None,
+        temperature=rng.choice(AGENTIC_TEMPERATURES) if sampled else 0.0,
+        top_p=rng.choice([None, 0.95]) if sampled else None,
         seed=rng.randrange(2**31) if sampled else None, stream=rng.random() < 0.6, stop=stop,
         max_tokens=rng.randrange(4, 17) if cut else None, tool_choice=choice)
 
@@ -156,8 +160,10 @@ def _agentic(rng: random.Random, turn: Turn) -> RequestParams:
 def _clients(rng: random.Random, turn: Turn) -> RequestParams:
     base = _agentic(rng, turn)
     usage = rng.random() < 0.5
+    hot = rng.choice(HOT_TEMPERATURES) if base.sampled else 0.0
     return RequestParams(
-        **{**base.__dict__, "top_logprobs": rng.choice([None, 1, 3]),
+        **{**base.__dict__, "temperature": hot, "top_p": rng.choice([None, 0.99]) if hot else None,
+           "top_logprobs": rng.choice([None, 1, 3]),
            "include_usage": usage and base.stream,
            "parallel_tool_calls": rng.choice([None, False]) if turn.kind == "call" else None,
            "response_format": rng.random() < 0.2,
@@ -170,5 +176,5 @@ DIALECTS.register("agentic", Dialect(
     "agentic", "sampled with seeds and top_p, stop sequences that fire, max_tokens that cuts, "
                "streamed and unstreamed, tool_choice modes", _agentic))
 DIALECTS.register("clients", Dialect(
-    "clients", "agentic plus top_logprobs, include_usage, parallel_tool_calls, response_format "
-               "and ignore_eos", _clients))
+    "clients", "agentic sampling hot (temperature 1.5-2.0) plus top_logprobs, include_usage, "
+               "parallel_tool_calls, response_format and ignore_eos", _clients))

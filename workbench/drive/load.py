@@ -88,6 +88,7 @@ class SessionRunner:
         self.tr: Transcript = session_transcript(cfg.seed, session)
         self.rng = random.Random(f"{cfg.seed}:{session}")
         self.dialect_rng = random.Random(f"{cfg.seed}:{session}:{cfg.dialect}")
+        self.off_script = bool(cfg.align_to)  # the history is no longer the transcript's
         self.deadline, self.sink = deadline, sink
         self.tools = [t.to_openai() for t in self.tr.tools]
 
@@ -123,8 +124,8 @@ class SessionRunner:
     async def request(self, client, messages, turn, kind, expected, answer: str = ""
                       ) -> RequestRecord:
         params = self._params(kind, expected, answer)
-        if self.cfg.align_to or params.sampled:
-            expected = None  # padded, or sampled: the transcript's call is no longer owed
+        if self.off_script or params.sampled:
+            expected = None  # padded or sampled (now or before): the transcript's call is not owed
         rec = RequestRecord(self.session, turn, kind, messages=json.loads(json.dumps(messages)),
                             tools=self.tools, max_tokens=params.max_tokens or self.cfg.max_tokens,
                             params=params)
@@ -147,6 +148,7 @@ class SessionRunner:
         rec.ended_at = time.time()
         if not rec.killed and rec.status == 200 and not rec.error:
             await self._judge(rec, expected, oracle_error)
+        self.off_script |= params.sampled
         self.sink(rec)
         return rec
 
@@ -161,9 +163,9 @@ class SessionRunner:
         rec.features = feature_verdict(rec, ref)
         if ref is not None:
             rec.ref_token_ids, rec.ref_logprobs = list(ref.tokens), list(ref.logprobs)
-        if self.cfg.align_to and rec.verdict.ref_match:
-            # padding takes the model off its transcripts: markup the reference writes too
-            # is the model's, not the server's
+        if self.off_script and rec.verdict.ref_match:
+            # padding or an earlier sampled turn takes the model off its transcripts: markup
+            # the reference writes too is the model's, not the server's
             rec.verdict = replace(rec.verdict, leaked=False)
         if rec.params.sampled:  # no reference to hold it to: judged alone, by its seed
             rec.verdict = replace(rec.verdict, leaked=False, well_formed=None)

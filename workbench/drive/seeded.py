@@ -16,7 +16,7 @@ from workbench.drive.record import RequestRecord
 from workbench.judge.features import FeatureVerdict
 
 log = logging.getLogger(__name__)
-SEED_REPLAYS = 12  # per burst: each is a request alone, after the burst
+SEED_REPLAYS = 16  # per burst: each is a request alone, after the burst
 
 
 def replayable(rec: RequestRecord) -> bool:

@@ -15,6 +15,7 @@ from workbench.judge.features import (
     reference_text,
     stop_cut,
     stop_ok,
+    text_ok,
     top1_ok,
     usage_ok,
 )
@@ -51,9 +52,13 @@ def feature_verdict(rec: RequestRecord, ref: Scored | None) -> FeatureVerdict:
         return FeatureVerdict(usage_ok=usage, top1_ok=top1)
     pieces, p = reference_text(ref.tokens, _TK), rec.params
     cut = stop_cut(pieces, p.stop) if p.stop else None
-    answer = rec.kind == "answer"
+    answer = rec.kind == "answer" and not rec.tool_calls
+    want = expected_tokens(ref.tokens, pieces, (), p.ignore_eos, _TK.eos_id)
+    text = text_ok(rec.content, reference_text(want, _TK), p.ignore_eos) \
+        if answer and cut is None else None
     return FeatureVerdict(
         stop_ok=stop_ok(rec.content, pieces, p.stop, rec.finish_reason) if answer else None,
+        text_ok=text,
         length_ok=length_ok(rec.token_ids, ref.tokens, rec.max_tokens or 0, rec.finish_reason,
                             p.ignore_eos, _TK.eos_id, cut is not None),
         usage_ok=usage, top1_ok=top1)

@@ -77,6 +77,10 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
     if divs:
         kind = "aux" if divs[0].buffer == AUX_FIRST_TOKEN else divs[0].buffer
         return Diagnosis(divs[0].stage, kind, divs[0].describe(), "buffers")
+    served = _served_wrong(rep, ("stop", "length", "text", "usage", "top1"))
+    if served:
+        return Diagnosis(Stage.SERVING, served[0], f"{served[1]}: the answer misstates the "
+                         "tokens generated (their buffers agree with the reference)", "features")
     streams = [loc.stream for loc in localizations if loc.stream]
     if streams:
         return Diagnosis(Stage.ENGINE_LOOP, "stream_handoff", f"{streams[0]} ({len(streams)} "
@@ -86,6 +90,10 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
         stage = Stage.ENGINE_LOOP if tokens.component == "engine_loop" else Stage.SAMPLING
         kind = "token_handoff" if stage is Stage.ENGINE_LOOP else "off_greedy"
         return Diagnosis(stage, kind, tokens.detail, "tokens")
+    seeded = _served_wrong(rep, ("seed",))
+    if seeded:
+        return Diagnosis(Stage.SAMPLING, "seed", f"{seeded[1]}: seeded sampling gave other "
+                         "tokens in the burst than alone", "features")
     expected = EXPECTED_REASONS + (_TIMEOUTS if rep.expect_aborts else ())
     odd = {r: n for r, n in rep.reasons.items() if r not in expected}
     if odd:
@@ -103,6 +111,19 @@ def _diagnose(rep: Reproduction, localizations: Sequence[Localization]) -> Diagn
         return Diagnosis(Stage.DECODE, "late_writes", f"{late} writes landed in pages no live "
                          "room owned", "late_writes")
     return Diagnosis(None, "none", "no evidence beyond the responses themselves", "none")
+
+
+def _served_wrong(rep: Reproduction, oracles: tuple[str, ...]) -> tuple[str, str] | None:
+    """(the feature oracle that failed most, "N of M judged requests failed <oracle>") over
+    ``oracles``, or None when none failed."""
+    req = rep.requests
+    counts = {o: (int((req[c] == False).sum()), int(req[c].is_not_null().sum()))  # noqa: E712
+              for o in oracles if (c := f"v_{o}_ok") in req.columns}
+    failed = {o: n for o, n in counts.items() if n[0]}
+    if not failed:
+        return None
+    worst = max(failed, key=lambda o: failed[o][0])
+    return worst, f"{failed[worst][0]} of {failed[worst][1]} judged requests failed {worst}"
 
 
 def _failed_room_conflicts(rep: Reproduction, n: int = 12) -> list[str]:

@@ -5,6 +5,7 @@ engine internals), so they judge vLLM and attached deployments too.
   occurrence of one (greedy requests; a sampled one has no reference text);
 - ``length``: ``finish_reason`` is ``length`` exactly when the reference ran to ``max_tokens``
   without EOS (or EOS was ignored), and then exactly ``max_tokens`` tokens came back;
+- ``text``: an answer's content is the reference's text (its start, where EOS was ignored);
 - ``usage``: ``completion_tokens`` equals the tokens returned, ``prompt_tokens`` the prompt's;
 - ``top1``: with ``top_logprobs``, each chosen greedy token is top-1 of its alternatives;
 - ``seed``: a seeded sampled request gives the same tokens alone as in the burst
@@ -20,7 +21,7 @@ from dataclasses import dataclass, fields
 
 from engine.text import Tokenizer
 
-ORACLES = ("stop", "length", "usage", "top1", "seed")
+ORACLES = ("stop", "length", "text", "usage", "top1", "seed")
 """The feature oracles, each a ``v_<name>_ok`` column of a load's requests table."""
 
 
@@ -28,6 +29,7 @@ ORACLES = ("stop", "length", "usage", "top1", "seed")
 class FeatureVerdict:
     stop_ok: bool | None = None
     length_ok: bool | None = None
+    text_ok: bool | None = None
     usage_ok: bool | None = None
     top1_ok: bool | None = None
     seed_ok: bool | None = None
@@ -85,6 +87,12 @@ def length_ok(tokens: Sequence[int] | None, ref: Sequence[int], max_tokens: int,
     if ignore_eos or (len(ref) >= max_tokens and eos_id not in ref[:max_tokens]):
         return finish_reason == "length" and tokens is not None and len(tokens) == max_tokens
     return ended
+
+
+def text_ok(content: str, pieces: Sequence[str], ignore_eos: bool) -> bool:
+    """An answer's content against the text of the reference tokens it must agree with."""
+    want = "".join(pieces)
+    return content.startswith(want) if ignore_eos else content == want
 
 
 def usage_ok(usage: dict | None, tokens: Sequence[int] | None,

@@ -43,6 +43,7 @@ class Stage(enum.IntEnum):
     DECODE = 3  # positions the decode computed differ from the reference
     SAMPLING = 4  # right buffers (so right logits), a chosen token that is not their argmax
     ENGINE_LOOP = 5  # right tokens sampled, handed to the wrong request (batch bookkeeping)
+    SERVING = 6  # right tokens, an answer that misstates them (stop, length, usage, content)
 
 
 @dataclass(frozen=True, order=True)
