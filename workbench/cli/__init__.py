@@ -68,12 +68,21 @@ def load_kwargs(args) -> dict:
 
 
 def cmd_load(args) -> None:
-    from workbench.drive import inject_concurrency
+    from workbench.drive import Traffic, inject_concurrency, play, traffic_of
 
     target = _pair_from_state(args.state) if args.state else args.url
-    res = inject_concurrency(target, **load_kwargs(args), oracle=not args.no_oracle,
-                             capture_dir=args.capture_dir)
+    if args.traffic:
+        try:
+            traffic = Traffic.read(args.traffic)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"wb load: {exc}") from None
+        res = play(target, traffic, oracle=not args.no_oracle)
+    else:
+        res = inject_concurrency(target, **load_kwargs(args), oracle=not args.no_oracle,
+                                 capture_dir=args.capture_dir)
     res.requests.write_parquet(args.out)
+    if args.record:
+        traffic_of(res).write(args.record)
     log.info("%s -> %s", res.summary, args.out)
 
 

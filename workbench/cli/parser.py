@@ -3,7 +3,7 @@
   wb up    --state runs/pair.json [--patches a,b] [--engine k=v ...] [--faults JSON]
            [--router embedded|sglang]
   wb load  (--state runs/pair.json | --url URL) [--workload race_burst] [--sessions 16 ...]
-           --out runs/load.parquet
+           [--dialect agentic] [--traffic FILE] [--record FILE] --out runs/load.parquet
   wb workloads
   wb dump  --state runs/pair.json --room R --out runs/room.safetensors [--diff]
   wb bisect --series hicache_index_k_no_wait,bf16_index_k,... --store runs/bisect.sqlite
@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, default in LOAD_DEFAULTS.items():
         load.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None,
                           help=f"default {default} (without --workload)")
+    load.add_argument("--traffic", help="play this traffic file (JSON lines of request bodies "
+                                        "with arrival offsets) instead of sessions")
+    load.add_argument("--record", help="write the requests sent as a traffic file")
     load.add_argument("--no-oracle", action="store_true")
     load.add_argument("--capture-dir")
     load.add_argument("--out", default="runs/load.parquet")

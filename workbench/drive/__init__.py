@@ -11,10 +11,11 @@ from workbench.drive.modes import MODE_ORDER, MODES, Axis, Mode, cell_of, plan, 
 from workbench.drive.replay import Replay, replay_alone
 from workbench.drive.shapes import SHAPES, SWEEP_ORDER, Shape, shape_of
 from workbench.drive.solo import SoloReport, solo_reference
+from workbench.drive.traffic import Traffic, TrafficRequest, play, traffic_of
 from workbench.drive.workloads import list_workloads, run_workload
 
 __all__ = ["MODES", "MODE_ORDER", "SHAPES", "SWEEP_ORDER", "Axis", "LoadConfig", "LoadResult",
-           "Mode", "Replay", "RequestRecord", "Shape", "SoloReport", "cell_of",
-           "inject_concurrency", "kill_storm", "list_workloads", "plan", "replay_alone",
-           "run_sync", "run_workload", "shape_of", "solo_reference", "wedge_probe", "wilson",
-           "with_modes"]
+           "Mode", "Replay", "RequestRecord", "Shape", "SoloReport", "Traffic", "TrafficRequest",
+           "cell_of", "inject_concurrency", "kill_storm", "list_workloads", "plan", "play",
+           "replay_alone", "run_sync", "run_workload", "shape_of", "solo_reference",
+           "traffic_of", "wedge_probe", "wilson", "with_modes"]

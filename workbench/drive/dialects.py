@@ -146,7 +146,7 @@ def _agentic(rng: random.Random, turn: Turn) -> RequestParams:
     sampled = rng.random() < 0.5
     call = turn.kind == "call"
     stop = stop_from(turn.answer, rng) if not call and rng.random() < 0.4 else ()
-    cut = not call and not stop and rng.random() < 0.25
+    cut = not call and not stop and rng.random() < 0.4
     choice = None
     if call and turn.tool and rng.random() < 0.3:
         choice = rng.choice(["required", turn.tool])

@@ -147,36 +147,41 @@ class SessionRunner:
             rec.error = f"{type(exc).__name__}: {exc}"[:500]
         rec.ended_at = time.time()
         if not rec.killed and rec.status == 200 and not rec.error:
-            await self._judge(rec, expected, oracle_error)
+            await judge_record(self.oracle, rec, expected, oracle_error, self.off_script)
         self.off_script |= params.sampled
         self.sink(rec)
         return rec
 
-    async def _judge(self, rec: RequestRecord, expected, oracle_error: str) -> None:
-        ref = None
-        if self.oracle is not None and not oracle_error and judged_reference(rec.params):
-            try:
-                ref = await asyncio.to_thread(self.oracle.scored, rec.prompt_ids, rec.max_tokens)
-            except Exception as exc:  # noqa: BLE001 - flags this request, the run goes on
-                oracle_error = f"{type(exc).__name__}: {exc}"[:300]
-        rec.verdict = self.verdict(rec, expected, ref, oracle_error)
-        rec.features = feature_verdict(rec, ref)
-        if ref is not None:
-            rec.ref_token_ids, rec.ref_logprobs = list(ref.tokens), list(ref.logprobs)
-        if self.off_script and rec.verdict.ref_match:
-            # padding or an earlier sampled turn takes the model off its transcripts: markup
-            # the reference writes too is the model's, not the server's
-            rec.verdict = replace(rec.verdict, leaked=False)
-        if rec.params.sampled:  # no reference to hold it to: judged alone, by its seed
-            rec.verdict = replace(rec.verdict, leaked=False, well_formed=None)
 
-    def verdict(self, rec: RequestRecord, expected, ref: Scored | None,
-                oracle_error: str) -> Verdict:
-        """``rec``'s verdict against the reference ``ref`` (None: none), logprob drift included
-        when the server sent logprobs; the tolerance is the oracle's (None: drift not flagged)."""
-        tol = self.oracle.drift_tolerance if self.oracle is not None else None
-        reference, tokens = compared_tokens(rec, ref)
-        return judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected, tokens,
-                     reference, oracle_error, rec.finish_reason,
-                     logprobs=rec.logprobs, ref_logprobs=list(ref.logprobs) if ref else None,
-                     tolerance=tol)
+async def judge_record(oracle: ReferenceOracle | None, rec: RequestRecord, expected,
+                       oracle_error: str, off_script: bool) -> None:
+    """Sets ``rec``'s verdict and feature verdict against the greedy reference (where one
+    applies to its params). ``off_script``: its history left the transcript (padding, an
+    earlier sampled turn, a replayed trace), so markup the reference writes too is the
+    model's, not the server's."""
+    ref = None
+    if oracle is not None and not oracle_error and judged_reference(rec.params):
+        try:
+            ref = await asyncio.to_thread(oracle.scored, rec.prompt_ids, rec.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - flags this request, the run goes on
+            oracle_error = f"{type(exc).__name__}: {exc}"[:300]
+    rec.verdict = verdict(oracle, rec, expected, ref, oracle_error)
+    rec.features = feature_verdict(rec, ref)
+    if ref is not None:
+        rec.ref_token_ids, rec.ref_logprobs = list(ref.tokens), list(ref.logprobs)
+    if off_script and rec.verdict.ref_match:
+        rec.verdict = replace(rec.verdict, leaked=False)
+    if rec.params.sampled:  # no reference to hold it to: judged alone, by its seed
+        rec.verdict = replace(rec.verdict, leaked=False, well_formed=None)
+
+
+def verdict(oracle: ReferenceOracle | None, rec: RequestRecord, expected, ref: Scored | None,
+            oracle_error: str) -> Verdict:
+    """``rec``'s verdict against the reference ``ref`` (None: none), logprob drift included
+    when the server sent logprobs; the tolerance is the oracle's (None: drift not flagged)."""
+    tol = oracle.drift_tolerance if oracle is not None else None
+    reference, tokens = compared_tokens(rec, ref)
+    return judge(rec.content, rec.tool_calls, rec.dsml_leaked, expected, tokens,
+                 reference, oracle_error, rec.finish_reason,
+                 logprobs=rec.logprobs, ref_logprobs=list(ref.logprobs) if ref else None,
+                 tolerance=tol)

@@ -17,6 +17,7 @@ from workbench.investigate.race_claims import (
 )
 from workbench.investigate.reproduce import Sweep, rates_table, reproduce, sweep
 from workbench.investigate.series import PatchSeries, bisect_patch_series
+from workbench.investigate.shrink import ShrinkResult, WitnessRate, shrink, witness_rate
 from workbench.investigate.spec import BisectSpec, InvestigationSpec
 from workbench.investigate.steps import (
     BUGGY,
@@ -29,8 +30,9 @@ from workbench.investigate.steps import (
 
 __all__ = ["BUGGY", "RACE_ENGINE", "RACE_FAULTS", "BisectSpec", "Burst", "Diagnosis",
            "Investigation", "InvestigationSpec", "Outcome", "PatchSeries", "Reproduction",
-           "StopOn", "Sweep",
+           "ShrinkResult", "StopOn", "Sweep", "WitnessRate",
            "bisect_commits", "bisect_patch_series", "control_findings", "culprit_findings",
            "diagnose", "first_flags", "flagged_requests", "investigate", "leak_findings",
            "localization_findings", "localize_flagged", "parser_findings", "race_counts",
-           "rates_table", "reproduce", "sweep", "symptom_findings", "symptom_table"]
+           "rates_table", "reproduce", "shrink", "sweep", "symptom_findings", "symptom_table",
+           "witness_rate"]

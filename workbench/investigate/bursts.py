@@ -14,7 +14,8 @@ import polars as pl
 
 from engine.config import EngineConfig
 from workbench.deploy import LaunchSpec, PDPair
-from workbench.drive import Shape, inject_concurrency
+from workbench.drive import Shape, inject_concurrency, traffic_of
+from workbench.drive.traffic import traffic_name
 from workbench.judge import JUDGED_ROOMS, judge_rooms, unexpected_errors
 from workbench.observe import Drain, Localization, collect, localize, settle
 from workbench.observe.buffers import capture_name
@@ -107,6 +108,8 @@ def run_burst(pair: PDPair, seed: int, shape: Shape, capture_dir: Path | None,
                              align_to=shape.align_to, dialect=shape.dialect)
     drain = settle(pair)
     ev = collect(pair).since(before)
+    if capture_dir is not None:  # every burst replays elsewhere (wb load --traffic)
+        traffic_of(res).write(capture_dir / traffic_name(shape.name, seed))
     df, s = res.requests, res.summary
     errors = unexpected_errors(df, shape.expect_aborts)
     flagged = s.flagged - (s.aborted if shape.expect_aborts else 0)
