@@ -12,9 +12,10 @@
 - ``engine.cache``     page pools, radix prefix cache, HiCache host tier and loader
 - ``engine.model``     the tiny DeepSeek-style model and the no-cache reference
 - ``engine.kernels``   torch / Triton kernel sets
-- ``engine.config``, ``engine.faults``, ``engine.variants``, ``engine.patches``,
-  ``engine.runtime``: settings, fault plans, the seam bug variants plug into (hooks composed
-  once at construction), the patch records (one per variant, with its mixins), the thread/clock
+- ``engine.config``, ``engine.faults``, ``engine.variants``, ``engine.patch_set``,
+  ``engine.patches``, ``engine.runtime``: settings, fault plans, the seam bug variants plug
+  into (hooks composed once at construction), the enabled patches, the patch records (one per
+  variant, with its mixins), the thread/clock
   seam; shared by everything above
 - ``engine.text``      tokenizer, chat template, DSML grammar and tool-call parsers
 - ``engine.registry``  the named-variant registry every seam uses
@@ -25,7 +26,8 @@
 from engine.config import EngineConfig
 
 LAYERS = ("__main__", "cli", "sim", "training", "router", "disagg", "serving", "http", "transfer",
-          "core", "cache", "model", "kernels", "config", "faults", "variants", "patches", "runtime",
+          "core", "cache", "model", "kernels", "config", "faults", "variants", "patch_set",
+          "patches", "runtime",
           "text", "registry")
 
 __all__ = ["LAYERS", "EngineConfig"]

@@ -115,7 +115,7 @@ class EngineConfig:
     max_body_bytes: int = 8 * 1024 * 1024  # larger request bodies get 413
 
     def __post_init__(self) -> None:
-        from engine.patches import PATCHES, PatchSet
+        from engine.patch_set import PATCHES, PatchSet
         from engine.text.parsers import PARSERS
 
         PARSERS.get(self.tool_parser)

@@ -128,7 +128,7 @@ def test_the_room_refill_race_gives_two_waiting_requests_one_room():
 
 def test_stages_are_ordered_along_the_request_path():
     assert list(Stage) == [Stage.ROUTER, Stage.PREFILL, Stage.TRANSFER, Stage.DECODE,
-                           Stage.SAMPLING, Stage.ENGINE_LOOP]
+                           Stage.SAMPLING, Stage.ENGINE_LOOP, Stage.SERVING]
 
 
 def test_off_greedy_tokens_name_the_engine_loop_or_the_sampler():

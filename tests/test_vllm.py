@@ -131,6 +131,27 @@ def test_vllm_pd_pair_serves_tool_calls_parsed_by_vllm_over_nixl(pair):
     assert not solo.beyond_baseline, solo.requests.filter(~pl.col("solo_match"))
 
 
+def test_feature_oracles_on_vllm_are_recorded_as_measured(pair, tmp_path):
+    """Requests as clients send them (the ``clients`` dialect) on the real vLLM pair: the
+    oracles that need no greedy reference (usage, top-1, seed replayed alone) judge its answers
+    and what they found is recorded as a finding, whichever way it fell."""
+    from workbench.judge import read_findings, record_drafts
+    from workbench.studies import api
+
+    xfail_if_died(pair)
+    res = inject_concurrency(pair, sessions=4, turns=2, seed=0, dialect="clients",
+                             progress=False)
+    xfail_if_died(pair, res)
+    table = api.oracle_table(res)
+    judged = dict(zip(table["oracle"], table["judged"], strict=True))
+    assert judged["usage"] > 0 and judged["seed"] > 0, table
+    ledger = tmp_path / "findings.jsonl"
+    (finding,) = record_drafts(api.feature_findings(res, "vLLM PD pair"), ledger=ledger,
+                               source="test_vllm")
+    assert finding.held and "usage" in finding.title
+    assert read_findings(ledger).height == 1
+
+
 def test_every_worker_reports_its_amx_permission_read_inside_it(pair):
     """The worker extension answers ``/collective_rpc`` from inside each worker: the site hook
     asked for AMX tile state where CPUID advertises AMX (so vLLM's AMX kernel cannot SIGILL) and
@@ -255,3 +276,4 @@ def test_vllm_workers_killed_mid_load_are_recorded_and_no_probe_raises(pair):
     assert transfer_stats(pair) is not None
     assert solo_reference(pair, report.load, progress=False).judged == 0
     assert not wedge_probe(pair, timeout_s=10)
+

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from safetensors.torch import save as st_save
 
 from engine.core.dump import identity_metadata
-from engine.patches import PatchSet
+from engine.patch_set import PatchSet
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 

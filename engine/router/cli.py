@@ -9,7 +9,7 @@ import os
 import signal
 
 from engine.http import SECRET_ENV
-from engine.patches import PatchSet
+from engine.patch_set import PatchSet
 from engine.router.app import create_app
 from engine.router.state import POLICIES, RouterConfig
 

@@ -199,6 +199,11 @@ class ProcessWatch:
             at = alive_at = ended.at
         if code is None and process != srv.name and ev.workers:
             code = _worker_code(ev.workers, process.rsplit("/", 1)[-1])
+        if code == 0 and process != srv.name and ended is not None:
+            # the kernel saw a child exit cleanly: a helper that finished (a compiler, a
+            # grammar worker), not a death; a server that then fails shows by itself
+            log.debug("%s (pid %s) exited 0", process, pid)
+            return
         sig = signal_name(code) if code is not None else ev.signal
         self._add(EngineDied(srv.name, process, pid, code, sig, at, round(at - self.t0, 2),
                              ev.tail, ev.stack, str(srv.log_path), alive_at))

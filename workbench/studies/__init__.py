@@ -1,4 +1,5 @@
-"""Studies built on the pipeline, which the pipeline never calls: kill storms against a
+"""Studies built on the pipeline, which the pipeline never calls: what the API-feature oracles
+measured on a deployment (``api``), kill storms against a
 deployment (``storm``), simulated failures confirmed on a real pair (``confirm``), vLLM worker
 deaths by condition and their claims (``crash_study``, ``crash_findings``), kernel-set
 comparisons and planted kernel faults (``kernels``, ``kernel_faults``), the wedge of a kill
@@ -7,6 +8,7 @@ histories with a planted regression (``zoo``). Each is a module with its own pub
 notebooks and benchmarks import the module."""
 
 from workbench.studies import (
+    api,
     confirm,
     crash_findings,
     crash_study,
@@ -17,5 +19,6 @@ from workbench.studies import (
     zoo,
 )
 
-__all__ = ["confirm", "crash_findings", "crash_study", "kernel_faults", "kernels", "storm", "wedge",
+__all__ = ["api", "confirm", "crash_findings", "crash_study", "kernel_faults", "kernels", "storm",
+           "wedge",
            "zoo"]
