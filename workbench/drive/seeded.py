@@ -21,7 +21,7 @@ SEED_REPLAYS = 16  # per burst: each is a request alone, after the burst
 
 def replayable(rec: RequestRecord) -> bool:
     return (rec.params.sampled and not rec.killed and rec.status == 200 and not rec.error
-            and rec.token_ids is not None)
+            and rec.token_ids is not None and rec.finish_reason != "abort")
 
 
 async def check_seeded(client: httpx.AsyncClient, url: str, body_of, records: list[RequestRecord],

@@ -44,7 +44,10 @@ def compared_tokens(rec: RequestRecord, ref: Scored | None
 
 
 def feature_verdict(rec: RequestRecord, ref: Scored | None) -> FeatureVerdict:
-    """Every feature oracle that applies to ``rec`` (the seed oracle is set after the burst)."""
+    """Every feature oracle that applies to ``rec`` (the seed oracle is set after the burst);
+    none for an answer the server aborted (it is reported as aborted, never compared)."""
+    if rec.finish_reason == "abort":
+        return FeatureVerdict()
     usage = usage_ok(rec.usage, rec.token_ids,
                      rec.prompt_ids if judged_reference(rec.params) else None)
     top1 = top1_ok(rec.token_texts, rec.top_logprobs) if judged_reference(rec.params) else None
