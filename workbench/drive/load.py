@@ -132,22 +132,8 @@ class SessionRunner:
         body = chat_body(self.cfg, messages, self.tools, self.session, params=params)
         kill = self.rng.random() < self.cfg.kill_fraction
         kill_at = self.rng.uniform(0.0, self.cfg.kill_window_s) if kill else None
-        oracle_error = ""
-        if self.oracle is not None:
-            try:
-                rec.prompt_ids = self.oracle.prompt_ids(messages, self.tools)
-            except Exception as exc:  # noqa: BLE001 - an oracle failure flags this request only
-                oracle_error = f"{type(exc).__name__}: {exc}"[:300]
-        rec.started_at = time.time()
-        try:
-            await asyncio.wait_for(send_chat(client, self.url, body, rec), timeout=kill_at)
-        except (TimeoutError, asyncio.TimeoutError):
-            rec.killed = True
-        except (httpx.HTTPError, json.JSONDecodeError) as exc:
-            rec.error = f"{type(exc).__name__}: {exc}"[:500]
-        rec.ended_at = time.time()
-        if not rec.killed and rec.status == 200 and not rec.error:
-            await judge_record(self.oracle, rec, expected, oracle_error, self.off_script)
+        await send_judged(client, self.url, body, rec, self.oracle, kill_at, expected,
+                          self.off_script)
         self.off_script |= params.sampled
         self.sink(rec)
         return rec
@@ -185,3 +171,26 @@ def verdict(oracle: ReferenceOracle | None, rec: RequestRecord, expected, ref: S
                  reference, oracle_error, rec.finish_reason,
                  logprobs=rec.logprobs, ref_logprobs=list(ref.logprobs) if ref else None,
                  tolerance=tol)
+
+
+async def send_judged(client: httpx.AsyncClient, url: str, body: dict, rec: RequestRecord,
+                      oracle: ReferenceOracle | None, kill_at: float | None, expected,
+                      off_script: bool) -> None:
+    """Sends ``body`` into ``rec`` (cancelled as a kill after ``kill_at`` seconds; an HTTP or
+    JSON failure is the request's error) and judges an answered one (``judge_record``)."""
+    oracle_error = ""
+    if oracle is not None:
+        try:
+            rec.prompt_ids = oracle.prompt_ids(body["messages"], body.get("tools") or [])
+        except Exception as exc:  # noqa: BLE001 - an oracle failure flags this request only
+            oracle_error = f"{type(exc).__name__}: {exc}"[:300]
+    rec.started_at = time.time()
+    try:
+        await asyncio.wait_for(send_chat(client, url, body, rec), timeout=kill_at)
+    except (TimeoutError, asyncio.TimeoutError):
+        rec.killed = True
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        rec.error = f"{type(exc).__name__}: {exc}"[:500]
+    rec.ended_at = time.time()
+    if not rec.killed and rec.status == 200 and not rec.error:
+        await judge_record(oracle, rec, expected, oracle_error, off_script)

@@ -21,10 +21,9 @@ import httpx
 import polars as pl
 
 from workbench.deploy import PDPair, client_headers
-from workbench.drive.client import send_chat
 from workbench.drive.concurrency import LoadResult, load_result, oracle_for, run_sync
 from workbench.drive.dialects import RequestParams
-from workbench.drive.load import LoadConfig, chat_body, judge_record
+from workbench.drive.load import LoadConfig, chat_body, send_judged
 from workbench.drive.record import RequestRecord
 from workbench.judge import ReferenceOracle
 
@@ -133,22 +132,7 @@ async def _one(client, url: str, req: TrafficRequest, oracle, t0: float) -> Requ
                         tools=b.get("tools") or [],
                         max_tokens=b.get("max_tokens") or LoadConfig.max_tokens,
                         params=req.params())
-    oracle_error = ""
-    if oracle is not None:
-        try:
-            rec.prompt_ids = oracle.prompt_ids(b["messages"], b.get("tools") or [])
-        except Exception as exc:  # noqa: BLE001 - an oracle failure flags this request only
-            oracle_error = f"{type(exc).__name__}: {exc}"[:300]
-    rec.started_at = time.time()
-    try:
-        await asyncio.wait_for(send_chat(client, url, b, rec), timeout=req.disconnect_s)
-    except (TimeoutError, asyncio.TimeoutError):
-        rec.killed = True
-    except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"[:500]
-    rec.ended_at = time.time()
-    if not rec.killed and rec.status == 200 and not rec.error:
-        await judge_record(oracle, rec, None, oracle_error, off_script=True)
+    await send_judged(client, url, b, rec, oracle, req.disconnect_s, None, off_script=True)
     return rec
 
 
